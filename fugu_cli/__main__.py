@@ -1,0 +1,21 @@
+"""`fugu` and `python -m fugu_cli`: answer `--version` before anything heavy is imported, else run the CLI."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+
+def main() -> Any:
+    if sys.argv[1:] == ["--version"]:
+        from fugu_cli import __version__
+
+        print(f"fugu {__version__}")
+        return 0
+    from fugu_cli.cli import main as cli_main
+
+    return cli_main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""The one composition root: turns options and configuration into a ready Session (and its parts).
+
+Tests inject a scripted LLM or an approver here instead of patching. Never prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fugu_cli.agent import AgentDeps, Limits
+from fugu_cli.config import Config, fugu_home, load_config
+from fugu_cli.errors import ConfigError, NoWorkerError, UsageError
+from fugu_cli.events import ignore
+from fugu_cli.ledger import Ledger
+from fugu_cli.llm import LLM
+from fugu_cli.pool import POOL_HINT, configured_pool, key_missing
+from fugu_cli.router import Router
+from fugu_cli.router.prior import PriorRouter
+from fugu_cli.session import Session, SessionConfig, SessionDeps
+from fugu_cli.store import Store, new_session_id
+from fugu_cli.tools import Approver, PermissionPolicy, ToolContext
+from fugu_cli.types import Message, Worker
+
+
+@dataclass
+class RunOptions:
+    """What the user asked for on the command line (None: not given, the config decides)."""
+
+    cwd: Path = field(default_factory=Path.cwd)
+    pool: str | None = None
+    worker: str | None = None
+    router: str | None = None
+    cost_weight: float | None = None
+    permission_mode: str | None = None
+    max_turns: int | None = None
+    max_budget_usd: float | None = None
+    resume: str | None = None
+    continue_last: bool = False
+    interactive: bool = False
+    stream: bool = False
+    ultra: bool | None = None
+
+
+@dataclass(frozen=True)
+class Availability:
+    worker: Worker
+    ok: bool
+    reason: str
+
+
+def open_store() -> Store:
+    return Store(fugu_home() / "fugu.db")
+
+
+def repo_root(cwd: Path) -> Path:
+    from fugu_cli.config import find_repo_root
+
+    return find_repo_root(cwd.resolve()) or cwd.resolve()
+
+
+def check_pool(workers: Sequence[Worker], *, probe_servers: bool = True) -> list[Availability]:
+    """Whether each worker can be used now: its key is set and, for a local server, the server answers."""
+    from fugu_cli.llm.probe import check_available
+
+    out: list[Availability] = []
+    for w in workers:
+        missing = key_missing(w)
+        if missing:
+            out.append(Availability(w, False, f"{missing} is not set"))
+        elif w.api_base and probe_servers:
+            ok, reason = check_available(w, timeout_s=2.0)
+            out.append(Availability(w, ok, reason))
+        else:
+            out.append(Availability(w, True, "key set" if w.api_key_env else "no key needed"))
+    return out
+
+
+def load_options_config(opts: RunOptions) -> Config:
+    overrides: dict[str, Any] = {
+        "pool": opts.pool,
+        "worker": opts.worker,
+        "router": opts.router,
+        "cost_weight": opts.cost_weight,
+        "permission_mode": opts.permission_mode,
+        "max_turns": opts.max_turns,
+        "max_budget_usd": opts.max_budget_usd,
+        "ultra": opts.ultra,
+    }
+    return load_config(opts.cwd, overrides)
+
+
+def usable_pool(config: Config, cwd: Path, saved: Sequence[Worker] = ()) -> list[Worker]:
+    workers, source = configured_pool(config, cwd)
+    if not workers and saved:
+        workers, source = list(saved), "the resumed session"
+    if not workers:
+        raise NoWorkerError(f"no worker is configured: {POOL_HINT}")
+    checked = check_pool(workers)
+    usable = [a.worker for a in checked if a.ok]
+    if not usable:
+        why = "; ".join(f"{a.worker.name}: {a.reason}" for a in checked)
+        raise NoWorkerError(f"no usable worker in {source} ({why}): {POOL_HINT}")
+    return usable
+
+
+def build_router(config: Config, pool: Sequence[Worker]) -> Router:
+    spec = config.router
+    if not spec or spec == "prior":
+        return PriorRouter()
+    from fugu_cli.router.learned import LearnedRouter
+
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise ConfigError(f"router checkpoint {spec} does not exist (give a directory made by fugu router train)")
+    try:
+        return LearnedRouter.load(path, cost_weight=config.cost_weight)
+    except (OSError, ValueError, KeyError) as e:
+        raise ConfigError(f"cannot load router checkpoint {spec}: {e}") from e
+
+
+def default_permission(config: Config, interactive: bool) -> str:
+    return config.permission_mode or "ask"
+
+
+def system_prompt(root: Path) -> str:
+    from fugu_cli import prompts
+
+    text = prompts.load("system")
+    for name in ("AGENTS.md", "CLAUDE.md"):
+        path = root / name
+        if path.is_file():
+            text += f"\n\nProject instructions from {name}:\n{path.read_text(errors='replace')[:20_000]}"
+            break
+    return text
+
+
+def make_llm(config: Config) -> LLM:
+    from fugu_cli.llm.client import ClientConfig, LiteLLMClient
+
+    s = config.llm
+    return LiteLLMClient(
+        ClientConfig(
+            timeout_s=s.timeout_s, max_retries=s.max_retries, backoff_base_s=s.backoff_base_s, stream=s.stream
+        )
+    )
+
+
+def build_session(
+    opts: RunOptions,
+    *,
+    llm: LLM | None = None,
+    approver: Approver | None = None,
+    store: Store | None = None,
+) -> Session:
+    """Everything a turn needs, from flags, config, the store (on resume) and the pool."""
+    config = load_options_config(opts)
+    store = store or open_store()
+    root = repo_root(opts.cwd)
+    resumed, saved_pool, messages = _resume(store, opts, root)
+    pool = usable_pool(config, opts.cwd, saved_pool)
+    names = {w.name for w in pool}
+    if config.worker and config.worker not in names:
+        raise UsageError(f"--worker {config.worker}: no such usable worker; choose one of: {', '.join(names)}")
+    router = build_router(config, pool)
+    mode = default_permission(config, opts.interactive)
+    policy = PermissionPolicy(mode=mode, allow=list(config.permissions.allow), deny=list(config.permissions.deny))  # type: ignore[arg-type]
+    sid = resumed or new_session_id()
+    if not resumed:
+        store.create_session(
+            sid, str(root), "ultra" if config.ultra else "fugu", json.dumps([asdict(w) for w in pool]), router.name
+        )
+    from fugu_cli.tools.registry import ToolRegistry
+
+    agent = AgentDeps(
+        llm=llm or make_llm(config),
+        tools=ToolRegistry.default(),
+        tool_ctx=ToolContext(root=root, agent="", policy=policy, approve=approver, shell_timeout_s=config.shell_timeout_s),
+        ledger=Ledger(store, sid),
+        workers={w.name: w for w in pool},
+        emit=ignore,
+        session_id=sid,
+        stream=opts.stream,
+        role_prompt=_role_prompt(),
+    )
+    session_config = SessionConfig(
+        root=root,
+        limits=Limits(max_steps=config.max_turns, max_budget_usd=config.max_budget_usd),
+        forced_worker=config.worker,
+        system_prompt=system_prompt(root),
+        permission_mode=mode,
+        router_name=router.name,
+    )
+    deps = SessionDeps(agent=agent, store=store, pool=pool, router=router, fallback=PriorRouter())
+    return Session(deps, session_config, messages)
+
+
+def _resume(store: Store, opts: RunOptions, root: Path) -> tuple[str | None, list[Worker], list[Message]]:
+    if not (opts.resume or opts.continue_last):
+        return None, [], []
+    row = store.get_session(opts.resume) if opts.resume else store.latest_session(str(root))
+    if row is None:
+        what = f"session {opts.resume}" if opts.resume else f"a previous session in {root}"
+        raise UsageError(f"cannot resume: no {what} (list them with: fugu sessions)")
+    saved = [Worker(**w) for w in json.loads(row.pool_json)]
+    messages = [m for _, m in store.load_messages(row.id)]
+    return row.id, saved, messages
+
+
+def _role_prompt() -> Any:
+    try:
+        from fugu_cli.router.roles import role_instructions
+    except ImportError:
+        return None
+    return role_instructions
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").lower() in ("1", "true", "yes")

@@ -1,0 +1,157 @@
+"""Typer commands: parse flags, call app.py, pick a renderer, return the exit code. No logic lives here.
+
+`fugu --version` answers before typer is imported; nothing heavy is imported before a command runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from fugu_cli import __version__
+
+SUBCOMMANDS = ("pool", "sessions", "router", "demo", "help")
+
+app = typer.Typer(
+    name="fugu",
+    help="fugu: a team of LLMs behind one prompt, routed step by step.",
+    no_args_is_help=False,
+    add_completion=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+)
+sessions_app = typer.Typer(help="List and inspect past sessions.", rich_markup_mode=None)
+router_app = typer.Typer(help="Inspect, train and judge routers.", rich_markup_mode=None)
+app.add_typer(sessions_app, name="sessions")
+app.add_typer(router_app, name="router")
+
+
+class OutputFormat(str, Enum):
+    text = "text"
+    json = "json"
+    stream_json = "stream-json"
+
+
+class PermissionMode(str, Enum):
+    ask = "ask"
+    auto_edit = "auto-edit"
+    full_auto = "full-auto"
+    read_only = "read-only"
+
+
+def run(
+    task: Annotated[list[str] | None, typer.Argument(help="The task. Without one (and nothing on stdin): the REPL.")] = None,
+    print_mode: Annotated[bool, typer.Option("-p", "--print", help="Run the task non-interactively and exit.")] = False,
+    output_format: Annotated[
+        OutputFormat, typer.Option("--output-format", help="text, json (one object) or stream-json (a line per event).")
+    ] = OutputFormat.text,
+    max_turns: Annotated[int | None, typer.Option("--max-turns", min=1, help="Most steps per task.")] = None,
+    max_budget_usd: Annotated[
+        float | None, typer.Option("--max-budget-usd", min=0.0, help="Stop when the task has cost this much.")
+    ] = None,
+    worker: Annotated[str | None, typer.Option("--worker", help="Force this worker for every step.")] = None,
+    pool: Annotated[str | None, typer.Option("--pool", help="A TOML file of [[workers]].")] = None,
+    permission_mode: Annotated[
+        PermissionMode | None, typer.Option("--permission-mode", help="ask, auto-edit, full-auto or read-only.")
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Allow edits and commands (same as full-auto).")] = False,
+    continue_last: Annotated[bool, typer.Option("--continue", "-c", help="Continue the last session here.")] = False,
+    resume: Annotated[str | None, typer.Option("--resume", "-r", help="Resume the session with this id.")] = None,
+    router: Annotated[
+        str | None, typer.Option("--router", help="A router checkpoint directory, 'default' or 'prior'.")
+    ] = None,
+    cost_weight: Annotated[
+        float | None, typer.Option("--cost-weight", min=0.0, help="λ: how much the router trades quality for cost.")
+    ] = None,
+    ultra: Annotated[bool, typer.Option("--ultra", help="Let a conductor plan a multi-worker workflow.")] = False,
+    plan: Annotated[Path | None, typer.Option("--plan", help="Run this workflow file (ultra mode).")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", help="Show route decisions and tool calls on stderr.")] = False,
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+) -> None:
+    """Run a task (fugu TASK, fugu -p TASK, or the task on stdin), or open the REPL."""
+    if version:
+        print(f"fugu {__version__}")
+        raise typer.Exit(0)
+    from fugu_cli.ui import run as runner
+
+    mode = "full-auto" if yes else (permission_mode.value if permission_mode else None)
+    code = runner.main(
+        runner.Request(
+            task=" ".join(task or []),
+            print_mode=print_mode,
+            output_format=output_format.value,
+            max_turns=max_turns,
+            max_budget_usd=max_budget_usd,
+            worker=worker,
+            pool=pool,
+            permission_mode=mode,
+            continue_last=continue_last,
+            resume=resume,
+            router=router,
+            cost_weight=cost_weight,
+            ultra=ultra or plan is not None,
+            plan=plan,
+            verbose=verbose,
+        )
+    )
+    raise typer.Exit(code)
+
+
+@app.command("pool")
+def pool_cmd(
+    pool: Annotated[str | None, typer.Option("--pool", help="A TOML file of [[workers]].")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List the workers: usable or not (and why), model, price."""
+    from fugu_cli.ui import run as runner
+
+    raise typer.Exit(runner.pool_command(pool, json_out))
+
+
+@sessions_app.callback(invoke_without_command=True)
+def sessions_list(
+    ctx: typer.Context,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1)] = 20,
+) -> None:
+    """List recent sessions (newest first)."""
+    if ctx.invoked_subcommand is None:
+        from fugu_cli.ui import run as runner
+
+        raise typer.Exit(runner.sessions_list(limit))
+
+
+@sessions_app.command("show")
+def sessions_show(session_id: Annotated[str, typer.Argument(help="A session id (a unique prefix will do).")]) -> None:
+    """Print each step of a session: worker, why it was chosen, tools called, cost."""
+    from fugu_cli.ui import run as runner
+
+    raise typer.Exit(runner.sessions_show(session_id))
+
+
+@router_app.command("info")
+def router_info(checkpoint: Annotated[Path, typer.Argument(help="A router checkpoint directory.")]) -> None:
+    """Print what a router checkpoint holds: backbone, workers, training data and metrics."""
+    from fugu_cli.ui import run as runner
+
+    raise typer.Exit(runner.router_info(checkpoint))
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Entry point: `fugu TASK` and `fugu -p` go to `run`, known subcommands to the typer app."""
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["--version"]:
+        print(f"fugu {__version__}")
+        return 0
+    first = next((a for a in args if not a.startswith("-")), None)
+    if first in SUBCOMMANDS or any(a.startswith("--install-completion") or a.startswith("--show-completion") for a in args):
+        return app(args=args, prog_name="fugu")
+    root = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False, add_completion=False)
+    root.command(
+        help=(run.__doc__ or "")
+        + "\n\nCommands: fugu pool | fugu sessions [show ID] | fugu router info|train|eval | fugu demo"
+    )(run)
+    return root(args=args, prog_name="fugu")

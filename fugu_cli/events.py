@@ -1,0 +1,224 @@
+"""Events a session emits while it works; the UI, stream-json and the server render them.
+
+Never prints. Every event knows its stream-json form (Claude Code's shape plus fugu's route events).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fugu_cli.types import Message, RouteDecision, ToolCall, ToolResult, TurnResult, Usage
+
+
+@dataclass(frozen=True)
+class Event:
+    session_id: str
+
+    def to_stream_json(self) -> dict[str, Any] | None:
+        return None
+
+
+@dataclass(frozen=True)
+class SessionStarted(Event):
+    cwd: str = ""
+    workers: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+    permission_mode: str = ""
+    router: str = ""
+
+    def to_stream_json(self) -> dict[str, Any]:
+        return {
+            "type": "system",
+            "subtype": "init",
+            "session_id": self.session_id,
+            "cwd": self.cwd,
+            "workers": list(self.workers),
+            "tools": list(self.tools),
+            "permissionMode": self.permission_mode,
+            "router": self.router,
+        }
+
+
+@dataclass(frozen=True)
+class RouteChosen(Event):
+    step: int = 0
+    decision: RouteDecision | None = None
+
+    def to_stream_json(self) -> dict[str, Any]:
+        d = self.decision
+        assert d is not None
+        return {
+            "type": "system",
+            "subtype": "route",
+            "session_id": self.session_id,
+            "step": self.step,
+            "worker": d.worker,
+            "source": d.source,
+            "scores": {k: round(float(v), 6) for k, v in d.scores.items()},
+            "latency_ms": round(d.latency_ms, 3),
+            **({"role": d.role} if d.role else {}),
+            **({"reason": d.reason} if d.reason else {}),
+        }
+
+
+@dataclass(frozen=True)
+class StepStarted(Event):
+    step: int = 0
+    worker: str = ""
+
+
+@dataclass(frozen=True)
+class TextDelta(Event):
+    """A streamed piece of the worker's reply (only when the client streams)."""
+
+    worker: str = ""
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class AssistantMessage(Event):
+    step: int = 0
+    message: Message | None = None
+    usage: Usage = field(default_factory=Usage)
+
+    def to_stream_json(self) -> dict[str, Any]:
+        m = self.message
+        assert m is not None
+        content: list[dict[str, Any]] = []
+        if m.content:
+            content.append({"type": "text", "text": m.content})
+        for tc in m.tool_calls:
+            content.append({"type": "tool_use", "id": tc.id, "name": tc.name, "input": _args(tc)})
+        return {
+            "type": "assistant",
+            "session_id": self.session_id,
+            "step": self.step,
+            "worker": m.worker,
+            "message": {"role": "assistant", "content": content, "usage": self.usage.to_json()},
+        }
+
+
+@dataclass(frozen=True)
+class ToolStarted(Event):
+    step: int = 0
+    worker: str = ""
+    call: ToolCall | None = None
+
+
+@dataclass(frozen=True)
+class ToolFinished(Event):
+    step: int = 0
+    worker: str = ""
+    call: ToolCall | None = None
+    result: ToolResult | None = None
+
+    def to_stream_json(self) -> dict[str, Any]:
+        r = self.result
+        assert r is not None
+        return {
+            "type": "user",
+            "session_id": self.session_id,
+            "step": self.step,
+            "agent": self.worker,
+            "message": {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": r.call_id,
+                        "content": r.content,
+                        "is_error": r.is_error,
+                    }
+                ],
+            },
+        }
+
+
+@dataclass(frozen=True)
+class ProviderFailed(Event):
+    """A worker failed after its retries; the session fails over."""
+
+    step: int = 0
+    worker: str = ""
+    error: str = ""
+
+    def to_stream_json(self) -> dict[str, Any]:
+        return {
+            "type": "system",
+            "subtype": "provider_error",
+            "session_id": self.session_id,
+            "step": self.step,
+            "worker": self.worker,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class Notice(Event):
+    """Something the user should know (a warning, a fallback), not part of the transcript."""
+
+    level: str = "info"
+    text: str = ""
+
+    def to_stream_json(self) -> dict[str, Any]:
+        return {
+            "type": "system",
+            "subtype": "notice",
+            "session_id": self.session_id,
+            "level": self.level,
+            "text": self.text,
+        }
+
+
+@dataclass(frozen=True)
+class StepFinished(Event):
+    step: int = 0
+    worker: str = ""
+    usage: Usage = field(default_factory=Usage)
+    tools: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TurnFinished(Event):
+    result: TurnResult | None = None
+
+    def to_stream_json(self) -> dict[str, Any]:
+        r = self.result
+        assert r is not None
+        return result_json(r)
+
+
+def result_json(r: TurnResult) -> dict[str, Any]:
+    return {
+        "type": "result",
+        "subtype": r.status,
+        "is_error": r.is_error,
+        "num_turns": r.num_turns,
+        "result": r.result,
+        "session_id": r.session_id,
+        "total_cost_usd": round(r.usage.cost_usd, 8),
+        "usage": r.usage.to_json(),
+        "workers": {
+            name: {"steps": w.steps, "cost_usd": round(w.cost_usd, 8)} for name, w in r.workers.items()
+        },
+        "permission_denials": list(r.denied),
+        **({"error": r.error} if r.error else {}),
+    }
+
+
+def _args(tc: ToolCall) -> Any:
+    import json
+
+    try:
+        return json.loads(tc.arguments or "{}")
+    except ValueError:
+        return {"_raw": tc.arguments}
+
+
+Emit = Callable[[Event], None]
+
+
+def ignore(_: Event) -> None:
+    """An Emit that drops everything."""

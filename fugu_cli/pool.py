@@ -1,0 +1,145 @@
+"""The pool: workers from a pool file, from config, or built from the provider keys present.
+
+Never touches the network; whether a worker's server answers is asked by `llm.probe`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from fugu_cli.config import Config, WorkerConfig, read_toml
+from fugu_cli.errors import ConfigError
+from fugu_cli.types import Worker
+
+
+@dataclass(frozen=True)
+class KnownProvider:
+    key_env: str
+    workers: tuple[Worker, ...]
+
+
+# Built when no pool is configured: one or two sensible workers per key that is set.
+KNOWN_PROVIDERS: tuple[KnownProvider, ...] = (
+    KnownProvider(
+        "ANTHROPIC_API_KEY",
+        (
+            Worker(
+                name="claude-sonnet",
+                model="anthropic/claude-sonnet-4-5-20250929",
+                api_key_env="ANTHROPIC_API_KEY",
+                description="Anthropic Claude Sonnet 4.5: strong agentic coder, careful multi-file edits, "
+                "good at following repository conventions and running tests.",
+                priority=3.0,
+            ),
+        ),
+    ),
+    KnownProvider(
+        "OPENAI_API_KEY",
+        (
+            Worker(
+                name="gpt-5",
+                model="openai/gpt-5",
+                api_key_env="OPENAI_API_KEY",
+                description="OpenAI GPT-5: strong reasoning, debugging and planning; precise targeted fixes.",
+                priority=2.5,
+            ),
+            Worker(
+                name="gpt-5-mini",
+                model="openai/gpt-5-mini",
+                api_key_env="OPENAI_API_KEY",
+                description="OpenAI GPT-5 mini: fast and cheap; good for reading code, small edits, "
+                "running commands and summarising.",
+                priority=1.0,
+            ),
+        ),
+    ),
+    KnownProvider(
+        "GEMINI_API_KEY",
+        (
+            Worker(
+                name="gemini-pro",
+                model="gemini/gemini-2.5-pro",
+                api_key_env="GEMINI_API_KEY",
+                description="Google Gemini 2.5 Pro: long context, reads large codebases, broad knowledge.",
+                priority=2.0,
+            ),
+        ),
+    ),
+    KnownProvider(
+        "DEEPSEEK_API_KEY",
+        (
+            Worker(
+                name="deepseek",
+                model="deepseek/deepseek-chat",
+                api_key_env="DEEPSEEK_API_KEY",
+                description="DeepSeek V3: very cheap, capable coder for routine edits and scripts.",
+                priority=1.5,
+            ),
+        ),
+    ),
+)
+
+POOL_HINT = (
+    "set ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY or DEEPSEEK_API_KEY, "
+    "or describe your workers in a pool file (--pool FILE, or [[workers]] in .fugu/config.toml; "
+    "see README.md)"
+)
+
+
+def worker_from_config(w: WorkerConfig) -> Worker:
+    return Worker(**w.model_dump())
+
+
+def load_pool_file(path: Path) -> list[Worker]:
+    if not path.is_file():
+        raise ConfigError(f"pool file {path} does not exist")
+    raw = read_toml(path)
+    items = raw.get("workers")
+    if not isinstance(items, list) or not items:
+        raise ConfigError(f"{path} has no [[workers]] tables: each worker needs at least name and model")
+    try:
+        workers = [worker_from_config(WorkerConfig.model_validate(item)) for item in items]
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"{path}: worker {where}: {err['msg']}") from e
+    return check_unique(workers, str(path))
+
+
+def check_unique(workers: Sequence[Worker], source: str) -> list[Worker]:
+    seen: set[str] = set()
+    for w in workers:
+        if w.name in seen:
+            raise ConfigError(f"{source}: two workers are named {w.name!r}; names must be unique")
+        seen.add(w.name)
+    return list(workers)
+
+
+def pool_from_keys(env: Mapping[str, str] | None = None) -> list[Worker]:
+    env = os.environ if env is None else env
+    return [w for p in KNOWN_PROVIDERS if env.get(p.key_env) for w in p.workers]
+
+
+def configured_pool(config: Config, cwd: Path) -> tuple[list[Worker], str]:
+    """The pool and where it came from ("pool file X", "config", "provider keys")."""
+    if config.pool:
+        path = Path(config.pool).expanduser()
+        if not path.is_absolute():
+            path = cwd / path
+        return load_pool_file(path), f"pool file {path}"
+    if config.workers:
+        return check_unique([worker_from_config(w) for w in config.workers], "config"), "config"
+    return pool_from_keys(), "provider keys"
+
+
+def key_missing(worker: Worker, env: Mapping[str, str] | None = None) -> str | None:
+    """The name of the unset key variable this worker needs, if any."""
+    env = os.environ if env is None else env
+    if worker.api_key_env and not env.get(worker.api_key_env):
+        return worker.api_key_env
+    return None

@@ -1,0 +1,172 @@
+"""A fugu-mode session: one conversation in one repository, routed step by step, persisted after every step.
+
+Owns the transcript, the turn counter, per-turn git checkpoints (for /undo) and the router-backed picker.
+Never prints: it emits Events.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fugu_cli.agent import Agent, AgentDeps, Limits
+from fugu_cli.errors import UsageError
+from fugu_cli.events import Emit, Notice, SessionStarted, TurnFinished, ignore
+from fugu_cli.ledger import Ledger
+from fugu_cli.router import Router
+from fugu_cli.store import Store
+from fugu_cli.types import Message, RouteDecision, RouteState, TurnResult, Worker
+
+
+@dataclass
+class SessionConfig:
+    root: Path
+    limits: Limits = field(default_factory=Limits)
+    forced_worker: str | None = None
+    system_prompt: str = ""
+    permission_mode: str = "ask"
+    router_name: str = "prior"
+
+
+@dataclass
+class SessionDeps:
+    """The agent's parts plus the store, the pool and the routers."""
+
+    agent: AgentDeps
+    store: Store
+    pool: list[Worker]
+    router: Router
+    fallback: Router
+
+
+class Session:
+    def __init__(self, deps: SessionDeps, config: SessionConfig, messages: Sequence[Message] = ()) -> None:
+        self.deps = deps
+        self.config = config
+        self.id = deps.agent.session_id
+        self.messages: list[Message] = list(messages)
+        self.turn = self._last_turn()
+        self.checkpoints: dict[int, str] = {}
+        self._seq = len(self.messages)
+        self._lock = threading.Lock()
+        if not self.messages and config.system_prompt:
+            self._append(Message(role="system", content=config.system_prompt))
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.deps.agent.ledger
+
+    @property
+    def workers(self) -> dict[str, Worker]:
+        return {w.name: w for w in self.deps.pool}
+
+    def set_worker(self, name: str | None) -> None:
+        """Force a worker for the following steps (None: back to the router)."""
+        if name is not None and name not in self.workers:
+            raise UsageError(f"no worker named {name!r} in the pool; choose one of: {', '.join(self.workers)}")
+        self.config.forced_worker = name
+
+    def run_turn(
+        self, text: str, emit: Emit = ignore, cancel: threading.Event | None = None
+    ) -> TurnResult:
+        """Handle one user message to a final answer (or a limit, a failure, an interrupt)."""
+        with self._lock:
+            self.turn += 1
+            turn = self.turn
+            self.deps.agent.emit = emit
+            emit(
+                SessionStarted(
+                    self.id,
+                    cwd=str(self.config.root),
+                    workers=tuple(self.workers),
+                    tools=tuple(self.deps.agent.tools.names()),
+                    permission_mode=self.config.permission_mode,
+                    router=self.config.router_name,
+                )
+            )
+            self.deps.store.touch_session(self.id, title=text.strip().splitlines()[0][:80] if text else None)
+            self._append(Message(role="user", content=text))
+            deps = dataclasses.replace(
+                self.deps.agent,
+                tool_ctx=dataclasses.replace(self.deps.agent.tool_ctx, before_edit=self._checkpointer(turn)),
+            )
+            result = Agent(deps).run(
+                self.messages,
+                turn,
+                self._pick,
+                self.config.limits,
+                cancel=cancel,
+                on_message=self._persist,
+            )
+            self.deps.store.execute(
+                "INSERT OR REPLACE INTO turns (session_id, turn, task, status, result, cost_usd, checkpoint,"
+                " created_at) VALUES (?,?,?,?,?,?,?,?)",
+                (
+                    self.id,
+                    turn,
+                    text,
+                    result.status,
+                    result.result,
+                    result.usage.cost_usd,
+                    self.checkpoints.get(turn),
+                    time.time(),
+                ),
+            )
+            emit(TurnFinished(self.id, result=result))
+            return result
+
+    def _pick(self, state: RouteState) -> RouteDecision:
+        pool = self.deps.pool
+        try:
+            decision = self.deps.router.pick(state, pool)
+        except LookupError:
+            raise
+        except Exception as e:  # a broken router must not end the session: the prior takes over
+            self.deps.agent.emit(Notice(self.id, level="warning", text=f"router failed ({e}); using the prior"))
+            decision = self.deps.fallback.pick(state, pool)
+        forced = self.config.forced_worker
+        if forced and forced not in state.excluded:
+            return dataclasses.replace(decision, worker=forced, source="override", reason="forced by the user")
+        if state.failover:
+            failed = ", ".join(sorted(state.excluded))
+            return dataclasses.replace(decision, source="fallback", reason=f"{failed} failed")
+        return decision
+
+    def _append(self, message: Message) -> None:
+        self.messages.append(message)
+        self._persist(message)
+
+    def _persist(self, message: Message) -> None:
+        self.ledger.message(self.turn, self._seq, message)
+        self._seq += 1
+
+    def _last_turn(self) -> int:
+        return sum(1 for m in self.messages if m.role == "user")
+
+    def _checkpointer(self, turn: int) -> Callable[[], None]:
+        def checkpoint() -> None:
+            if turn in self.checkpoints:
+                return
+            from fugu_cli.tools import git
+
+            try:
+                self.checkpoints[turn] = git.checkpoint(self.config.root, f"{self.id}-t{turn}")
+            except Exception as e:  # not a git repo, or git missing: edits go on, /undo can't help
+                self.deps.agent.emit(Notice(self.id, level="warning", text=f"no checkpoint for /undo: {e}"))
+                self.checkpoints[turn] = ""
+
+        return checkpoint
+
+    def undo(self) -> list[str]:
+        """Restore the tree to its state before the last turn that edited it. Returns the restored paths."""
+        for turn in sorted(self.checkpoints, reverse=True):
+            sha = self.checkpoints.pop(turn)
+            if sha:
+                from fugu_cli.tools import git
+
+                return git.restore_checkpoint(self.config.root, sha)
+        raise UsageError("nothing to undo: no turn of this session has edited files")

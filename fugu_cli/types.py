@@ -1,0 +1,219 @@
+"""Values that cross layers: messages, tool calls and results, usage, workers, route decisions.
+
+Frozen dataclasses only; no I/O and no imports beyond the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+RouteSource = Literal["prior", "learned", "override", "fallback"]
+TurnStatus = Literal[
+    "success", "error_max_turns", "error_max_budget", "error_during_execution", "interrupted"
+]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call as the model sent it; `arguments` stays the raw JSON text (it may be invalid)."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def to_openai(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+@dataclass(frozen=True)
+class Message:
+    """One transcript entry in OpenAI chat shape, plus the worker that wrote it (fugu's attribution)."""
+
+    role: Role
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    worker: str | None = None
+
+    def to_openai(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.role == "assistant" and self.tool_calls:
+            out["tool_calls"] = [tc.to_openai() for tc in self.tool_calls]
+        if self.role == "tool":
+            out["tool_call_id"] = self.tool_call_id
+            if self.name:
+                out["name"] = self.name
+        if out["content"] is None and self.role != "assistant":
+            out["content"] = ""
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            data["tool_calls"] = [
+                {"id": t.id, "name": t.name, "arguments": t.arguments} for t in self.tool_calls
+            ]
+        for key in ("tool_call_id", "name", "worker"):
+            if getattr(self, key) is not None:
+                data[key] = getattr(self, key)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Message:
+        calls = tuple(
+            ToolCall(id=t["id"], name=t["name"], arguments=t["arguments"])
+            for t in data.get("tool_calls") or ()
+        )
+        return cls(
+            role=data["role"],
+            content=data.get("content"),
+            tool_calls=calls,
+            tool_call_id=data.get("tool_call_id"),
+            name=data.get("name"),
+            worker=data.get("worker"),
+        )
+
+    def as_line(self) -> str:
+        """The plain `role: content` form the router reads."""
+        text = self.content or ""
+        if self.tool_calls:
+            calls = " ".join(f"{t.name}({t.arguments})" for t in self.tool_calls)
+            text = f"{text} [calls: {calls}]".strip()
+        return f"{self.role}: {text}"
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.cached_tokens + other.cached_tokens,
+            self.cost_usd + other.cost_usd,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "input_tokens": self.prompt_tokens,
+            "output_tokens": self.completion_tokens,
+            "cache_read_input_tokens": self.cached_tokens,
+            "cost_usd": round(self.cost_usd, 8),
+        }
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a tool returned to the model. Errors are results too: the model reads them."""
+
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+    exit_code: int | None = None
+    duration_ms: float = 0.0
+    files_touched: tuple[str, ...] = ()
+    denied: bool = False
+
+
+@dataclass(frozen=True)
+class Worker:
+    """A named LLM configuration. Stateless."""
+
+    name: str
+    model: str
+    api_base: str | None = None
+    api_key_env: str | None = None
+    description: str = ""
+    priority: float = 0.0
+    price_in: float | None = None
+    price_out: float | None = None
+    context_limit: int | None = None
+
+
+@dataclass(frozen=True)
+class RouteState:
+    """What a router may read before a step."""
+
+    messages: Sequence[Message]
+    step: int
+    last_worker: str | None = None
+    excluded: frozenset[str] = frozenset()  # never choose these (failed this turn, or unavailable)
+    failover: bool = False  # this pick replaces a worker whose call just failed
+
+    @property
+    def task(self) -> str:
+        for m in self.messages:
+            if m.role == "user":
+                return m.content or ""
+        return ""
+
+
+@dataclass(frozen=True)
+class RouteDecision:
+    worker: str
+    scores: Mapping[str, float]
+    source: RouteSource
+    latency_ms: float
+    role: str | None = None
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "worker": self.worker,
+            "source": self.source,
+            "scores": {k: round(float(v), 6) for k, v in self.scores.items()},
+            "latency_ms": round(self.latency_ms, 3),
+            "role": self.role,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One LLM reply with its usage and cost."""
+
+    message: Message
+    usage: Usage
+    model: str
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkerUsage:
+    steps: int = 0
+    cost_usd: float = 0.0
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    status: TurnStatus
+    result: str
+    session_id: str
+    num_turns: int
+    usage: Usage
+    workers: Mapping[str, WorkerUsage] = field(default_factory=dict)
+    denied: tuple[str, ...] = ()
+    error: str | None = None
+
+    @property
+    def is_error(self) -> bool:
+        return self.status != "success"
+
+
+def dumps(data: Any) -> str:
+    """Compact, stable JSON for the store and stream-json."""
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)

@@ -1,0 +1,315 @@
+"""One-shot runs and the listing commands: build a session via app.py, render its events, map exit codes.
+
+Renders text (progress lines on stderr, the answer on stdout), json (one object) or stream-json (a line per
+event). The REPL lives in ui/repl.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from fugu_cli.errors import FuguError, UsageError
+from fugu_cli.events import Event, Notice, ProviderFailed, RouteChosen, StepFinished, ToolFinished, result_json
+from fugu_cli.types import TurnResult, dumps
+
+EXIT_CODES = {
+    "success": 0,
+    "error_max_turns": 53,
+    "error_max_budget": 1,
+    "error_during_execution": 1,
+    "interrupted": 130,
+}
+
+
+@dataclass
+class Request:
+    task: str = ""
+    print_mode: bool = False
+    output_format: str = "text"
+    max_turns: int | None = None
+    max_budget_usd: float | None = None
+    worker: str | None = None
+    pool: str | None = None
+    permission_mode: str | None = None
+    continue_last: bool = False
+    resume: str | None = None
+    router: str | None = None
+    cost_weight: float | None = None
+    ultra: bool = False
+    plan: Path | None = None
+    verbose: bool = False
+
+
+def err(text: str) -> None:
+    print(f"fugu: {text}", file=sys.stderr)
+
+
+def main(req: Request) -> int:
+    task = req.task
+    if not sys.stdin.isatty():
+        piped = sys.stdin.read()
+        task = f"{task}\n\n{piped}".strip() if task else piped.strip()
+    if not task:
+        if req.print_mode or not sys.stdin.isatty():
+            err("no task given: pass it as an argument (fugu -p 'fix the tests') or on stdin")
+            return 2
+        return _repl(req)
+    try:
+        return _one_shot(req, task)
+    except FuguError as e:
+        err(str(e))
+        return e.exit_code
+
+
+def _options(req: Request, *, interactive: bool) -> Any:
+    from fugu_cli.app import RunOptions
+
+    return RunOptions(
+        cwd=Path.cwd(),
+        pool=req.pool,
+        worker=req.worker,
+        router=req.router,
+        cost_weight=req.cost_weight,
+        permission_mode=req.permission_mode,
+        max_turns=req.max_turns,
+        max_budget_usd=req.max_budget_usd,
+        resume=req.resume,
+        continue_last=req.continue_last,
+        interactive=interactive,
+        stream=req.output_format == "text" and sys.stdout.isatty(),
+        ultra=req.ultra or None,
+    )
+
+
+def _repl(req: Request) -> int:
+    try:
+        from fugu_cli.ui import repl
+    except ImportError:
+        err("the interactive REPL is not available in this build; run a task with: fugu -p 'TASK'")
+        return 2
+    return int(repl.main(_options(req, interactive=True)))
+
+
+def _one_shot(req: Request, task: str) -> int:
+    from fugu_cli.app import build_session
+
+    session = build_session(_options(req, interactive=False))
+    out = sys.stdout
+    emit = _renderer(req, out)
+    cancel = threading.Event()
+    box: dict[str, TurnResult | BaseException] = {}
+
+    def work() -> None:
+        try:
+            box["result"] = session.run_turn(task, emit, cancel)
+        except BaseException as e:
+            box["error"] = e
+
+    thread = threading.Thread(target=work, name="fugu-turn", daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(0.1)
+    except KeyboardInterrupt:
+        cancel.set()
+        thread.join(10)
+        if "result" not in box:
+            err("interrupted")
+            return 130
+    if "error" in box:
+        error = box["error"]
+        if isinstance(error, FuguError):
+            raise error
+        raise error
+    result = box["result"]
+    assert isinstance(result, TurnResult)
+    _final(req, result, out)
+    return EXIT_CODES[result.status]
+
+
+def _renderer(req: Request, out: IO[str]) -> Callable[[Event], None]:
+    if req.output_format == "stream-json":
+
+        def stream(event: Event) -> None:
+            data = event.to_stream_json()
+            if data is not None:
+                out.write(dumps(data) + "\n")
+                out.flush()
+
+        return stream
+    progress = Progress(sys.stderr)
+    return progress.on_event
+
+
+def _final(req: Request, result: TurnResult, out: IO[str]) -> None:
+    if req.output_format == "json":
+        out.write(json.dumps(result_json(result), ensure_ascii=False) + "\n")
+    elif req.output_format == "text":
+        if result.status == "success":
+            out.write(result.result.rstrip() + "\n")
+        else:
+            err(result.error or result.status)
+        if result.denied:
+            err(f"{len(result.denied)} tool call(s) were refused: " + "; ".join(d[:120] for d in result.denied))
+        cost = f"${result.usage.cost_usd:.4f}"
+        used = ", ".join(f"{n} ×{w.steps}" for n, w in result.workers.items())
+        print(f"  {result.num_turns} steps · {used or 'no worker'} · {cost} · session {result.session_id}", file=sys.stderr)
+    out.flush()
+
+
+class Progress:
+    """Plain progress lines: `↳ worker (p=0.61, 18 ms) · read a.py · edit a.py (+3 −1) · $0.0012`."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self.route: RouteChosen | None = None
+        self.tools: list[str] = []
+
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, RouteChosen):
+            self.route, self.tools = event, []
+        elif isinstance(event, ToolFinished) and event.call and event.result:
+            self.tools.append(tool_summary(event.call.name, event.call.arguments, event.result.is_error))
+        elif isinstance(event, StepFinished) and self.route and self.route.decision:
+            d = self.route.decision
+            p = d.scores.get(d.worker, 0.0)
+            head = f"↳ {d.worker} (p={p:.2f}, {d.latency_ms:.0f} ms, {d.source})"
+            parts = [head, *self.tools, f"${event.usage.cost_usd:.4f}"]
+            self.stream.write(" · ".join(parts) + "\n")
+            self.stream.flush()
+        elif isinstance(event, ProviderFailed):
+            self.stream.write(f"✗ {event.worker} failed: {event.error}\n")
+        elif isinstance(event, Notice) and event.level in ("warning", "error"):
+            self.stream.write(f"! {event.text}\n")
+
+
+def tool_summary(name: str, arguments: str, is_error: bool) -> str:
+    try:
+        args = json.loads(arguments or "{}")
+    except ValueError:
+        args = {}
+    if not isinstance(args, dict):
+        args = {}
+    if name == "shell":
+        text = f"$ {str(args.get('command', ''))[:60]}"
+    elif name in ("read_file", "write_file", "edit_file"):
+        text = f"{name.split('_')[0]} {args.get('path', '?')}"
+    elif name in ("glob", "grep"):
+        text = f"{name} {args.get('pattern', '')}"
+    else:
+        text = name
+    return text + (" ✗" if is_error else "")
+
+
+def pool_command(pool: str | None, json_out: bool) -> int:
+    from fugu_cli.app import RunOptions, check_pool, load_options_config
+    from fugu_cli.pool import POOL_HINT, configured_pool
+
+    try:
+        config = load_options_config(RunOptions(pool=pool))
+        workers, source = configured_pool(config, Path.cwd())
+    except UsageError as e:
+        err(str(e))
+        return 2
+    if not workers:
+        err(f"no worker is configured: {POOL_HINT}")
+        return 2
+    checked = check_pool(workers)
+    if json_out:
+        rows = [
+            {
+                "name": a.worker.name,
+                "model": a.worker.model,
+                "usable": a.ok,
+                "reason": a.reason,
+                "price_in": a.worker.price_in,
+                "price_out": a.worker.price_out,
+                "priority": a.worker.priority,
+            }
+            for a in checked
+        ]
+        print(json.dumps({"source": source, "workers": rows}, indent=2))
+    else:
+        print(f"pool from {source}:")
+        for a in checked:
+            w = a.worker
+            price = (
+                f"${w.price_in:g}/${w.price_out:g} per M tokens"
+                if w.price_in is not None and w.price_out is not None
+                else "litellm price table"
+            )
+            mark = "ok " if a.ok else "-- "
+            print(f"  {mark} {w.name:<18} {w.model:<40} {price:<28} {a.reason}")
+    if not any(a.ok for a in checked):
+        err(f"no usable worker: {POOL_HINT}")
+        return 2
+    return 0
+
+
+def sessions_list(limit: int) -> int:
+    from fugu_cli.app import open_store
+
+    rows = open_store().list_sessions(limit)
+    if not rows:
+        print("no sessions yet")
+        return 0
+    import time
+
+    for r in rows:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.updated_at))
+        print(f"{r.id}  {when}  {r.mode:<5} ${r.cost_usd:<8.4f} {r.title[:60]}")
+    return 0
+
+
+def sessions_show(session_id: str) -> int:
+    from fugu_cli.app import open_store
+    from fugu_cli.ledger import Ledger, scopes
+
+    store = open_store()
+    row = store.get_session(session_id)
+    if row is None:
+        err(f"no session {session_id!r} (or the prefix is ambiguous); list them with: fugu sessions")
+        return 2
+    print(f"session {row.id} · {row.cwd} · {row.mode} · ${row.cost_usd:.4f}")
+    for scope in scopes(store, row.id) or ["main"]:
+        ledger = Ledger(store, row.id, scope)
+        calls = ledger.tool_calls()
+        if scope != "main":
+            print(f"[{scope}]")
+        for s in ledger.steps():
+            p = s.scores.get(s.worker)
+            why = f"{s.source}" + (f", p={p:.2f}" if p is not None else "") + (f", {s.reason}" if s.reason else "")
+            print(f"turn {s.turn} step {s.step}: {s.worker} ({why}) · {s.status} · ${s.usage.cost_usd:.4f}")
+            for c in calls:
+                if (c.turn, c.step, c.agent) == (s.turn, s.step, s.worker):
+                    flag = " denied" if c.denied else (" error" if c.is_error else "")
+                    print(f"    {c.agent}: {tool_summary(c.tool, c.arguments, False)}{flag}")
+    return 0
+
+
+def router_info(checkpoint: Path) -> int:
+    try:
+        from fugu_cli.router.learned import info_text
+    except ImportError:
+        err("learned routers are not available in this build")
+        return 2
+    if not checkpoint.exists():
+        err(f"{checkpoint} does not exist")
+        return 2
+    try:
+        print(info_text(checkpoint))
+    except (OSError, ValueError, KeyError) as e:
+        err(f"cannot read {checkpoint}: {e}")
+        return 2
+    return 0
+
+
+def no_color() -> bool:
+    return bool(os.environ.get("NO_COLOR"))

@@ -1,0 +1,27 @@
+"""Every test gets its own FUGU_HOME, no provider keys, offline hubs, and the loopback provider fixtures."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.loopback import loopback, loopback_factory
+
+__all__ = ["loopback", "loopback_factory"]
+
+_KEY_SUFFIXES = ("_API_KEY", "_API_TOKEN")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path_factory.mktemp("fugu-home")
+    monkeypatch.setenv("FUGU_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    monkeypatch.setenv("NO_COLOR", "1")
+    for name in list(os.environ):
+        if name.endswith(_KEY_SUFFIXES) or name.startswith("FUGU_") and name != "FUGU_HOME":
+            monkeypatch.delenv(name, raising=False)
+    return home

@@ -1,0 +1,79 @@
+"""Shared test helpers: temp git repos with a failing test, pool files for loopback servers, running `fugu`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BUGGY = "def add(a, b):\n    return a - b\n"
+FIXED = "def add(a, b):\n    return a + b\n"
+TEST = "from calc import add\n\nassert add(2, 3) == 5, 'add(2, 3) should be 5'\nprint('ok')\n"
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=root, check=True, capture_output=True, text=True
+    ).stdout
+
+
+def make_repo(root: Path) -> Path:
+    """A git repo whose test (`python3 test_calc.py`) fails until calc.add is fixed."""
+    root.mkdir(parents=True, exist_ok=True)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "user.email", "t@example.com")
+    git(root, "config", "user.name", "t")
+    (root / "calc.py").write_text(BUGGY)
+    (root / "test_calc.py").write_text(TEST)
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "init")
+    return root
+
+
+def call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"name": name, "arguments": arguments}
+
+
+def tool_reply(*calls: dict[str, Any], content: str | None = None) -> dict[str, Any]:
+    return {"content": content, "tool_calls": list(calls)}
+
+
+def write_pool(path: Path, workers: list[dict[str, Any]]) -> Path:
+    lines: list[str] = []
+    for w in workers:
+        lines.append("[[workers]]")
+        for key, value in w.items():
+            lines.append(f"{key} = {json.dumps(value)}")
+        lines.append("")
+    path.write_text("\n".join(lines))
+    return path
+
+
+@dataclass
+class Run:
+    code: int
+    stdout: str
+    stderr: str
+
+    def events(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.stdout.splitlines() if line.strip()]
+
+
+def fugu(*args: str, cwd: Path, stdin: str | None = None, env: dict[str, str] | None = None, timeout: float = 120) -> Run:
+    """Run the real CLI in a subprocess (as a user would), with the test's FUGU_HOME."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    proc = subprocess.run(
+        [sys.executable, "-m", "fugu_cli", *args],
+        cwd=cwd,
+        input=stdin if stdin is not None else "",
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+    )
+    return Run(proc.returncode, proc.stdout, proc.stderr)
