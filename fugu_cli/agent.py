@@ -170,7 +170,9 @@ class Agent:
         failover = False
         while True:
             try:
-                decision = pick(dataclasses.replace(state, excluded=frozenset(self._failed), failover=failover))
+                decision = pick(
+                    dataclasses.replace(state, excluded=frozenset(self._failed), failover=failover)
+                )
             except LookupError:
                 raise _AllFailed("every worker failed: " + "; ".join(errors)) from None
             self.d.ledger.route(turn, state.step, decision)
@@ -186,10 +188,17 @@ class Agent:
                     on_text=self._streamer(worker.name) if self.d.stream else None,
                     cancel=cancel,
                 )
+            except Interrupted:
+                self.d.ledger.step(turn, state.step, decision, "interrupted", Usage(), "", step_started)
+                raise
             except ProviderError as e:
                 errors.append(f"{worker.name}: {e}")
-                self.d.emit(ProviderFailed(self.d.session_id, step=state.step, worker=worker.name, error=str(e)))
-                self.d.ledger.step(turn, state.step, decision, "provider_error", Usage(), str(e), step_started)
+                self.d.emit(
+                    ProviderFailed(self.d.session_id, step=state.step, worker=worker.name, error=str(e))
+                )
+                self.d.ledger.step(
+                    turn, state.step, decision, "provider_error", Usage(), str(e), step_started
+                )
                 self._failed.add(worker.name)
                 failover = True
                 continue

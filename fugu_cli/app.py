@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fugu_cli.agent import AgentDeps, Limits
-from fugu_cli.config import Config, fugu_home, load_config
+from fugu_cli.config import Config, PermissionModeName, fugu_home, load_config
 from fugu_cli.errors import ConfigError, NoWorkerError, UsageError
 from fugu_cli.events import ignore
 from fugu_cli.ledger import Ledger
@@ -116,14 +116,16 @@ def build_router(config: Config, pool: Sequence[Worker]) -> Router:
 
     path = Path(spec).expanduser()
     if not path.exists():
-        raise ConfigError(f"router checkpoint {spec} does not exist (give a directory made by fugu router train)")
+        raise ConfigError(
+            f"router checkpoint {spec} does not exist (give a directory made by fugu router train)"
+        )
     try:
         return LearnedRouter.load(path, cost_weight=config.cost_weight)
     except (OSError, ValueError, KeyError) as e:
         raise ConfigError(f"cannot load router checkpoint {spec}: {e}") from e
 
 
-def default_permission(config: Config, interactive: bool) -> str:
+def default_permission(config: Config, interactive: bool) -> PermissionModeName:
     return config.permission_mode or "ask"
 
 
@@ -165,21 +167,31 @@ def build_session(
     pool = usable_pool(config, opts.cwd, saved_pool)
     names = {w.name for w in pool}
     if config.worker and config.worker not in names:
-        raise UsageError(f"--worker {config.worker}: no such usable worker; choose one of: {', '.join(names)}")
+        raise UsageError(
+            f"--worker {config.worker}: no such usable worker; choose one of: {', '.join(names)}"
+        )
     router = build_router(config, pool)
     mode = default_permission(config, opts.interactive)
-    policy = PermissionPolicy(mode=mode, allow=list(config.permissions.allow), deny=list(config.permissions.deny))  # type: ignore[arg-type]
+    policy = PermissionPolicy(
+        mode=mode, allow=list(config.permissions.allow), deny=list(config.permissions.deny)
+    )
     sid = resumed or new_session_id()
     if not resumed:
         store.create_session(
-            sid, str(root), "ultra" if config.ultra else "fugu", json.dumps([asdict(w) for w in pool]), router.name
+            sid,
+            str(root),
+            "ultra" if config.ultra else "fugu",
+            json.dumps([asdict(w) for w in pool]),
+            router.name,
         )
     from fugu_cli.tools.registry import ToolRegistry
 
     agent = AgentDeps(
         llm=llm or make_llm(config),
         tools=ToolRegistry.default(),
-        tool_ctx=ToolContext(root=root, agent="", policy=policy, approve=approver, shell_timeout_s=config.shell_timeout_s),
+        tool_ctx=ToolContext(
+            root=root, agent="", policy=policy, approve=approver, shell_timeout_s=config.shell_timeout_s
+        ),
         ledger=Ledger(store, sid),
         workers={w.name: w for w in pool},
         emit=ignore,

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -30,13 +30,13 @@ app.add_typer(sessions_app, name="sessions")
 app.add_typer(router_app, name="router")
 
 
-class OutputFormat(str, Enum):
+class OutputFormat(StrEnum):
     text = "text"
     json = "json"
     stream_json = "stream-json"
 
 
-class PermissionMode(str, Enum):
+class PermissionMode(StrEnum):
     ask = "ask"
     auto_edit = "auto-edit"
     full_auto = "full-auto"
@@ -44,10 +44,15 @@ class PermissionMode(str, Enum):
 
 
 def run(
-    task: Annotated[list[str] | None, typer.Argument(help="The task. Without one (and nothing on stdin): the REPL.")] = None,
-    print_mode: Annotated[bool, typer.Option("-p", "--print", help="Run the task non-interactively and exit.")] = False,
+    task: Annotated[
+        list[str] | None, typer.Argument(help="The task. Without one (and nothing on stdin): the REPL.")
+    ] = None,
+    print_mode: Annotated[
+        bool, typer.Option("-p", "--print", help="Run the task non-interactively and exit.")
+    ] = False,
     output_format: Annotated[
-        OutputFormat, typer.Option("--output-format", help="text, json (one object) or stream-json (a line per event).")
+        OutputFormat,
+        typer.Option("--output-format", help="text, json (one object) or stream-json (a line per event)."),
     ] = OutputFormat.text,
     max_turns: Annotated[int | None, typer.Option("--max-turns", min=1, help="Most steps per task.")] = None,
     max_budget_usd: Annotated[
@@ -56,20 +61,32 @@ def run(
     worker: Annotated[str | None, typer.Option("--worker", help="Force this worker for every step.")] = None,
     pool: Annotated[str | None, typer.Option("--pool", help="A TOML file of [[workers]].")] = None,
     permission_mode: Annotated[
-        PermissionMode | None, typer.Option("--permission-mode", help="ask, auto-edit, full-auto or read-only.")
+        PermissionMode | None,
+        typer.Option("--permission-mode", help="ask, auto-edit, full-auto or read-only."),
     ] = None,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Allow edits and commands (same as full-auto).")] = False,
-    continue_last: Annotated[bool, typer.Option("--continue", "-c", help="Continue the last session here.")] = False,
-    resume: Annotated[str | None, typer.Option("--resume", "-r", help="Resume the session with this id.")] = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Allow edits and commands (same as full-auto).")
+    ] = False,
+    continue_last: Annotated[
+        bool, typer.Option("--continue", "-c", help="Continue the last session here.")
+    ] = False,
+    resume: Annotated[
+        str | None, typer.Option("--resume", "-r", help="Resume the session with this id.")
+    ] = None,
     router: Annotated[
         str | None, typer.Option("--router", help="A router checkpoint directory, 'default' or 'prior'.")
     ] = None,
     cost_weight: Annotated[
-        float | None, typer.Option("--cost-weight", min=0.0, help="λ: how much the router trades quality for cost.")
+        float | None,
+        typer.Option("--cost-weight", min=0.0, help="λ: how much the router trades quality for cost."),
     ] = None,
-    ultra: Annotated[bool, typer.Option("--ultra", help="Let a conductor plan a multi-worker workflow.")] = False,
+    ultra: Annotated[
+        bool, typer.Option("--ultra", help="Let a conductor plan a multi-worker workflow.")
+    ] = False,
     plan: Annotated[Path | None, typer.Option("--plan", help="Run this workflow file (ultra mode).")] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", help="Show route decisions and tool calls on stderr.")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="Show route decisions and tool calls on stderr.")
+    ] = False,
     version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
 ) -> None:
     """Run a task (fugu TASK, fugu -p TASK, or the task on stdin), or open the REPL."""
@@ -125,7 +142,9 @@ def sessions_list(
 
 
 @sessions_app.command("show")
-def sessions_show(session_id: Annotated[str, typer.Argument(help="A session id (a unique prefix will do).")]) -> None:
+def sessions_show(
+    session_id: Annotated[str, typer.Argument(help="A session id (a unique prefix will do).")],
+) -> None:
     """Print each step of a session: worker, why it was chosen, tools called, cost."""
     from fugu_cli.ui import run as runner
 
@@ -147,7 +166,9 @@ def main(argv: list[str] | None = None) -> Any:
         print(f"fugu {__version__}")
         return 0
     first = next((a for a in args if not a.startswith("-")), None)
-    if first in SUBCOMMANDS or any(a.startswith("--install-completion") or a.startswith("--show-completion") for a in args):
+    if first in SUBCOMMANDS or any(
+        a.startswith("--install-completion") or a.startswith("--show-completion") for a in args
+    ):
         return app(args=args, prog_name="fugu")
     root = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False, add_completion=False)
     root.command(

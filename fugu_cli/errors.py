@@ -1,4 +1,5 @@
-"""The one error tree. Each message says what the user can do about it; `exit_code` is what the CLI returns."""
+"""The one error tree. Each message says what the user can do about it; `exit_code` is what the CLI
+returns."""
 
 from __future__ import annotations
 

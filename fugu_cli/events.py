@@ -190,6 +190,84 @@ class TurnFinished(Event):
         return result_json(r)
 
 
+@dataclass(frozen=True)
+class WorkflowPlanned(Event):
+    """Ultra mode: the workflow about to run. `steps` rows: {"step", "worker", "subtask", "access"}."""
+
+    workflow: int = 0
+    steps: tuple[dict[str, Any], ...] = ()
+    source: str = "conductor"  # conductor | plan-file | recursion
+    parent_step: int | None = None
+
+    def to_stream_json(self) -> dict[str, Any]:
+        return {
+            "type": "system",
+            "subtype": "workflow",
+            "session_id": self.session_id,
+            "workflow": self.workflow,
+            "source": self.source,
+            "steps": [dict(s) for s in self.steps],
+            **({"parent_step": self.parent_step} if self.parent_step is not None else {}),
+        }
+
+
+@dataclass(frozen=True)
+class WorkflowStepStarted(Event):
+    workflow: int = 0
+    step: int = 0
+    worker: str = ""
+    parent_step: int | None = None
+
+    def to_stream_json(self) -> dict[str, Any]:
+        return _workflow_step(self, "start", {})
+
+
+@dataclass(frozen=True)
+class WorkflowStepFinished(Event):
+    workflow: int = 0
+    step: int = 0
+    worker: str = ""
+    status: str = ""
+    cost_usd: float = 0.0
+    elapsed_s: float = 0.0
+    parent_step: int | None = None
+
+    def to_stream_json(self) -> dict[str, Any]:
+        extra = {"status": self.status, "cost_usd": round(self.cost_usd, 8)}
+        return _workflow_step(self, "finish", {**extra, "elapsed_s": round(self.elapsed_s, 3)})
+
+
+def _workflow_step(
+    e: WorkflowStepStarted | WorkflowStepFinished, kind: str, extra: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "type": "system",
+        "subtype": "workflow_step",
+        "session_id": e.session_id,
+        "event": kind,
+        "workflow": e.workflow,
+        "step": e.step,
+        "worker": e.worker,
+        **extra,
+        **({"parent_step": e.parent_step} if e.parent_step is not None else {}),
+    }
+
+
+@dataclass(frozen=True)
+class WorkflowAgentEvent(Event):
+    """An event of one workflow step's agent, tagged with the step (steps run concurrently).
+
+    Its stream-json is the inner event's with `"workflow_step": step` added.
+    """
+
+    step: int = 0
+    inner: Event | None = None
+
+    def to_stream_json(self) -> dict[str, Any] | None:
+        data = self.inner.to_stream_json() if self.inner is not None else None
+        return None if data is None else {**data, "workflow_step": self.step}
+
+
 def result_json(r: TurnResult) -> dict[str, Any]:
     return {
         "type": "result",

@@ -67,12 +67,12 @@ class Session:
     def set_worker(self, name: str | None) -> None:
         """Force a worker for the following steps (None: back to the router)."""
         if name is not None and name not in self.workers:
-            raise UsageError(f"no worker named {name!r} in the pool; choose one of: {', '.join(self.workers)}")
+            raise UsageError(
+                f"no worker named {name!r} in the pool; choose one of: {', '.join(self.workers)}"
+            )
         self.config.forced_worker = name
 
-    def run_turn(
-        self, text: str, emit: Emit = ignore, cancel: threading.Event | None = None
-    ) -> TurnResult:
+    def run_turn(self, text: str, emit: Emit = ignore, cancel: threading.Event | None = None) -> TurnResult:
         """Handle one user message to a final answer (or a limit, a failure, an interrupt)."""
         with self._lock:
             self.turn += 1
@@ -126,11 +126,15 @@ class Session:
         except LookupError:
             raise
         except Exception as e:  # a broken router must not end the session: the prior takes over
-            self.deps.agent.emit(Notice(self.id, level="warning", text=f"router failed ({e}); using the prior"))
+            self.deps.agent.emit(
+                Notice(self.id, level="warning", text=f"router failed ({e}); using the prior")
+            )
             decision = self.deps.fallback.pick(state, pool)
         forced = self.config.forced_worker
         if forced and forced not in state.excluded:
-            return dataclasses.replace(decision, worker=forced, source="override", reason="forced by the user")
+            return dataclasses.replace(
+                decision, worker=forced, source="override", reason="forced by the user"
+            )
         if state.failover:
             failed = ", ".join(sorted(state.excluded))
             return dataclasses.replace(decision, source="fallback", reason=f"{failed} failed")

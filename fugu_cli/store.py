@@ -154,9 +154,7 @@ class Store:
         if cwd is None:
             rows = self.query("SELECT * FROM sessions ORDER BY updated_at DESC LIMIT 1")
         else:
-            rows = self.query(
-                "SELECT * FROM sessions WHERE cwd=? ORDER BY updated_at DESC LIMIT 1", (cwd,)
-            )
+            rows = self.query("SELECT * FROM sessions WHERE cwd=? ORDER BY updated_at DESC LIMIT 1", (cwd,))
         return SessionRow(**dict(rows[0])) if rows else None
 
     def list_sessions(self, limit: int = 20) -> list[SessionRow]:

@@ -21,6 +21,6 @@ class LLM(Protocol):
     ) -> Completion:
         """One chat completion with tool schemas. Retries transient faults itself; after that raises
         `ProviderError`. The returned message has `worker` set to `worker.name`. `on_text` receives streamed
-        text deltas when given (the client then streams). `cancel` set means stop as soon as possible and raise
-        `Interrupted`."""
+        text deltas when given (the client then streams). `cancel` set means stop as soon as possible
+        and raise `Interrupted`."""
         ...

@@ -29,7 +29,7 @@ Approver = Callable[[ApprovalRequest], Answer]
 
 @dataclass
 class PermissionPolicy:
-    """Mode plus allow/deny rules ("shell:git status", "edit", "shell") and what "always" added this session."""
+    """Mode plus allow/deny rules ("shell:git status", "edit", "shell"), and what "always" added."""
 
     mode: PermissionMode = "ask"
     allow: list[str] = field(default_factory=list)

@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import IO, Any
 
 from fugu_cli.errors import FuguError, UsageError
-from fugu_cli.events import Event, Notice, ProviderFailed, RouteChosen, StepFinished, ToolFinished, result_json
+from fugu_cli.events import (
+    Event,
+    Notice,
+    ProviderFailed,
+    RouteChosen,
+    StepFinished,
+    ToolFinished,
+    result_json,
+)
 from fugu_cli.types import TurnResult, dumps
 
 EXIT_CODES = {
@@ -90,7 +98,7 @@ def _options(req: Request, *, interactive: bool) -> Any:
 
 def _repl(req: Request) -> int:
     try:
-        from fugu_cli.ui import repl
+        from fugu_cli.ui import repl  # type: ignore[attr-defined,unused-ignore]
     except ImportError:
         err("the interactive REPL is not available in this build; run a task with: fugu -p 'TASK'")
         return 2
@@ -125,8 +133,7 @@ def _one_shot(req: Request, task: str) -> int:
             return 130
     if "error" in box:
         error = box["error"]
-        if isinstance(error, FuguError):
-            raise error
+        assert isinstance(error, BaseException)
         raise error
     result = box["result"]
     assert isinstance(result, TurnResult)
@@ -157,10 +164,16 @@ def _final(req: Request, result: TurnResult, out: IO[str]) -> None:
         else:
             err(result.error or result.status)
         if result.denied:
-            err(f"{len(result.denied)} tool call(s) were refused: " + "; ".join(d[:120] for d in result.denied))
+            err(
+                f"{len(result.denied)} tool call(s) were refused: "
+                + "; ".join(d[:120] for d in result.denied)
+            )
         cost = f"${result.usage.cost_usd:.4f}"
         used = ", ".join(f"{n} ×{w.steps}" for n, w in result.workers.items())
-        print(f"  {result.num_turns} steps · {used or 'no worker'} · {cost} · session {result.session_id}", file=sys.stderr)
+        print(
+            f"  {result.num_turns} steps · {used or 'no worker'} · {cost} · session {result.session_id}",
+            file=sys.stderr,
+        )
     out.flush()
 
 
@@ -285,7 +298,11 @@ def sessions_show(session_id: str) -> int:
             print(f"[{scope}]")
         for s in ledger.steps():
             p = s.scores.get(s.worker)
-            why = f"{s.source}" + (f", p={p:.2f}" if p is not None else "") + (f", {s.reason}" if s.reason else "")
+            why = (
+                f"{s.source}"
+                + (f", p={p:.2f}" if p is not None else "")
+                + (f", {s.reason}" if s.reason else "")
+            )
             print(f"turn {s.turn} step {s.step}: {s.worker} ({why}) · {s.status} · ${s.usage.cost_usd:.4f}")
             for c in calls:
                 if (c.turn, c.step, c.agent) == (s.turn, s.step, s.worker):

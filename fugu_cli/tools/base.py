@@ -1,0 +1,150 @@
+"""What every tool function receives: the call's context, the permission gate, path checks and output caps.
+
+Shared by files, search, shell and git tools; knows nothing about schemas or dispatch (that is registry.py).
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fugu_cli.errors import PathOutsideRepoError, ToolArgumentError
+from fugu_cli.tools import ApprovalRequest, ToolContext, ToolKind
+
+
+class ToolFailed(ToolArgumentError):
+    """A tool call that ran into a problem the model can fix (missing file, no match, not a repo)."""
+
+
+class PermissionDenied(Exception):
+    """The policy or the user refused; the registry turns it into a denied result."""
+
+
+_HOW_TO_ALLOW = {
+    "edit": "run with --permission-mode auto-edit|full-auto or approve it",
+    "exec": "run with --permission-mode full-auto or approve it",
+    "read": "approve it",
+}
+
+
+@dataclass
+class Invocation:
+    """One tool call in flight: the tool reports files touched and exit codes here."""
+
+    ctx: ToolContext
+    tool: str
+    kind: ToolKind
+    files_touched: list[str] = field(default_factory=list)
+    exit_code: int | None = None
+    _checkpointed: bool = False
+
+    @property
+    def root(self) -> Path:
+        return self.ctx.root.resolve()
+
+    def gate(self, prefixes: list[str], summary: str, detail: str) -> None:
+        """Ask the policy (and the user, where it says "ask") for every prefix; raise if refused."""
+        decisions = [self.ctx.policy.check(self.kind, p) for p in prefixes]
+        what = ", ".join(prefixes)
+        if "deny" in decisions or ("ask" in decisions and self.ctx.approve is None):
+            reason = "" if "deny" in decisions else "; there is no terminal to ask"
+            raise PermissionDenied(
+                f"Permission denied: {summary} (the user did not allow {what}{reason}; "
+                f"{_HOW_TO_ALLOW[self.kind]})"
+            )
+        if "ask" not in decisions or self.ctx.approve is None:
+            return
+        asked = [p for p, d in zip(prefixes, decisions, strict=True) if d == "ask"]
+        request = ApprovalRequest(
+            agent=self.ctx.agent,
+            tool=self.tool,
+            kind=self.kind,
+            summary=summary,
+            detail=detail,
+            prefix=", ".join(asked),
+        )
+        answer = self.ctx.approve(request)
+        if answer == "always":
+            for p in asked:
+                self.ctx.policy.remember(p)
+        elif answer != "yes":
+            raise PermissionDenied(
+                f"Permission denied: the user declined {summary}. Do not retry the same call; "
+                "ask the user what to do instead, or try a different approach."
+            )
+
+    def before_write(self) -> None:
+        """Let the session checkpoint the tree right before this call first changes anything."""
+        if not self._checkpointed and self.ctx.before_edit is not None:
+            self._checkpointed = True
+            self.ctx.before_edit()
+
+    def touched(self, path: str) -> None:
+        if path not in self.files_touched:
+            self.files_touched.append(path)
+
+    def resolve(self, path: str) -> Path:
+        return resolve_in_root(self.root, path)
+
+    def rel(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix() or "."
+
+
+def resolve_in_root(root: Path, path: str) -> Path:
+    """The absolute, symlink-free form of `path` (relative to `root`); refuse anything outside `root`."""
+    if not path or "\x00" in path:
+        raise ToolArgumentError("path must be a non-empty string without NUL bytes")
+    root = root.resolve()
+    candidate = Path(path).expanduser()
+    if not candidate.is_absolute():
+        candidate = root / candidate
+    resolved = candidate.resolve()
+    if resolved != root and not resolved.is_relative_to(root):
+        raise PathOutsideRepoError(
+            f"{path} resolves to {resolved}, outside the repository {root}. "
+            "Use a path inside the repository (relative paths are relative to its root)."
+        )
+    return resolved
+
+
+def cap_text(text: str, cap: int) -> str:
+    """Keep the head and tail of `text` within about `cap` characters, saying how much was cut."""
+    if cap <= 0 or len(text) <= cap:
+        return text
+    half = cap // 2
+    cut = len(text) - 2 * half
+    return f"{text[:half]}\n[... {cut} characters cut ...]\n{text[len(text) - half :]}"
+
+
+def unified_diff(rel: str, old: str | None, new: str) -> str:
+    """A `git diff`-style patch of one file; `old=None` means the file is new."""
+    a = "/dev/null" if old is None else f"a/{rel}"
+    lines = difflib.unified_diff(
+        (old or "").splitlines(keepends=True),
+        new.splitlines(keepends=True),
+        fromfile=a,
+        tofile=f"b/{rel}",
+    )
+    return "".join(
+        line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
+    )
+
+
+def diff_counts(diff: str) -> tuple[int, int]:
+    """(+added, -removed) line counts of a unified diff."""
+    added = removed = 0
+    in_hunk = False
+    for line in diff.splitlines():
+        if line.startswith("@@"):
+            in_hunk = True
+        elif in_hunk and line.startswith("+"):
+            added += 1
+        elif in_hunk and line.startswith("-"):
+            removed += 1
+    return added, removed
+
+
+def elapsed_ms(start: float) -> float:
+    return (time.perf_counter() - start) * 1000.0

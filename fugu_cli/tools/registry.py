@@ -1,0 +1,233 @@
+"""The tool registry: JSON schemas from typed functions + docstrings, argument checks, and `run`.
+
+`ToolRegistry.run` never raises on a model's mistake or a tool's failure: everything becomes a ToolResult
+the model can read and act on.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import time
+import types
+import typing
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fugu_cli.errors import FuguError
+from fugu_cli.tools import ToolContext, ToolKind
+from fugu_cli.tools.base import Invocation, PermissionDenied, cap_text, elapsed_ms
+from fugu_cli.types import ToolCall, ToolResult
+
+ToolFunction = Callable[..., str]
+_JSON_TYPES: dict[type, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    py_type: type
+    required: bool
+    description: str
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One callable tool: `func(inv, **arguments) -> str`, its kind and what the model is told about it."""
+
+    name: str
+    kind: ToolKind
+    func: ToolFunction
+    description: str
+    params: tuple[Param, ...]
+
+    @classmethod
+    def from_function(cls, func: ToolFunction, kind: ToolKind, name: str | None = None) -> Tool:
+        """Build a tool from `func(inv, ...)`: the parameters after the Invocation must be JSON-typed."""
+        hints = typing.get_type_hints(func)
+        description, arg_docs = _parse_docstring(inspect.getdoc(func) or "")
+        params: list[Param] = []
+        for p in list(inspect.signature(func).parameters.values())[1:]:
+            py_type, optional = _unwrap_optional(hints[p.name])
+            if py_type not in _JSON_TYPES:
+                raise TypeError(f"{func.__name__}.{p.name}: unsupported type {py_type!r}")
+            required = p.default is inspect.Parameter.empty and not optional
+            params.append(Param(p.name, py_type, required, arg_docs.get(p.name, "")))
+        return cls(name or func.__name__, kind, func, description, tuple(params))
+
+    def schema(self) -> dict[str, Any]:
+        properties = {
+            p.name: {
+                "type": _JSON_TYPES[p.py_type],
+                **({"description": p.description} if p.description else {}),
+            }
+            for p in self.params
+        }
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": {
+                    "type": "object",
+                    "properties": properties,
+                    "required": [p.name for p in self.params if p.required],
+                    "additionalProperties": False,
+                },
+            },
+        }
+
+
+class ToolRegistry:
+    """The tools one agent may call, in a fixed order."""
+
+    def __init__(self, tools: Iterable[Tool]) -> None:
+        self._tools = {t.name: t for t in tools}
+
+    @classmethod
+    def default(cls) -> ToolRegistry:
+        from fugu_cli.tools import files, git, search, shell
+
+        specs: list[tuple[ToolFunction, ToolKind]] = [
+            (files.read_file, "read"),
+            (search.glob, "read"),
+            (search.grep, "read"),
+            (files.edit_file, "edit"),
+            (files.write_file, "edit"),
+            (shell.shell, "exec"),
+            (git.git_status, "read"),
+            (git.git_diff, "read"),
+            (git.git_log, "read"),
+            (git.git_commit, "exec"),
+        ]
+        return cls(Tool.from_function(func, kind) for func, kind in specs)
+
+    def subset(self, names: Sequence[str]) -> ToolRegistry:
+        """A registry with only `names` (e.g. the read tools for a planning agent)."""
+        unknown = [n for n in names if n not in self._tools]
+        if unknown:
+            raise ValueError(f"unknown tools {unknown}; known: {', '.join(self._tools)}")
+        return ToolRegistry(self._tools[n] for n in names)
+
+    def read_only(self) -> ToolRegistry:
+        return self.subset([n for n, t in self._tools.items() if t.kind == "read"])
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def kind(self, name: str) -> ToolKind:
+        return self._tools[name].kind
+
+    def get(self, name: str) -> Tool:
+        return self._tools[name]
+
+    def schemas(self) -> list[dict[str, Any]]:
+        return [t.schema() for t in self._tools.values()]
+
+    def run(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
+        """Run one tool call. Never raises (except KeyboardInterrupt): failures become error results."""
+        start = time.perf_counter()
+        tool = self._tools.get(call.name)
+        if tool is None:
+            known = ", ".join(self._tools)
+            return _error(call, start, f"Unknown tool {call.name!r}. Available tools: {known}.")
+        inv = Invocation(ctx=ctx, tool=tool.name, kind=tool.kind)
+        try:
+            kwargs = _check_arguments(tool, call.arguments)
+            content = tool.func(inv, **kwargs)
+        except PermissionDenied as exc:
+            return _error(call, start, str(exc), inv, denied=True)
+        except FuguError as exc:
+            return _error(call, start, f"Error: {exc}", inv)
+        except Exception as exc:
+            return _error(call, start, f"Error: {call.name} failed: {type(exc).__name__}: {exc}", inv)
+        return ToolResult(
+            call_id=call.id,
+            name=call.name,
+            content=cap_text(content, ctx.output_cap),
+            exit_code=inv.exit_code,
+            duration_ms=elapsed_ms(start),
+            files_touched=tuple(inv.files_touched),
+        )
+
+
+def _error(
+    call: ToolCall, start: float, message: str, inv: Invocation | None = None, denied: bool = False
+) -> ToolResult:
+    cap = inv.ctx.output_cap if inv else 30_000
+    return ToolResult(
+        call_id=call.id,
+        name=call.name,
+        content=cap_text(message, cap),
+        is_error=True,
+        exit_code=inv.exit_code if inv else None,
+        duration_ms=elapsed_ms(start),
+        files_touched=tuple(inv.files_touched) if inv else (),
+        denied=denied,
+    )
+
+
+class _BadArguments(FuguError):
+    pass
+
+
+def _check_arguments(tool: Tool, raw: str) -> dict[str, Any]:
+    usage = f"{tool.name}({', '.join(p.name + ('' if p.required else '?') for p in tool.params)})"
+    try:
+        args = json.loads(raw) if raw.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise _BadArguments(
+            f"arguments for {tool.name} are not valid JSON ({exc}). Expected {usage}."
+        ) from exc
+    if not isinstance(args, dict):
+        raise _BadArguments(f"arguments for {tool.name} must be a JSON object, e.g. {usage}.")
+    params = {p.name: p for p in tool.params}
+    extra = sorted(set(args) - set(params))
+    if extra:
+        raise _BadArguments(f"{tool.name} got unknown argument(s) {', '.join(extra)}. Expected {usage}.")
+    missing = [p.name for p in tool.params if p.required and args.get(p.name) is None]
+    if missing:
+        raise _BadArguments(
+            f"{tool.name} is missing required argument(s) {', '.join(missing)}. Expected {usage}."
+        )
+    return {name: _coerce(params[name], value) for name, value in args.items() if value is not None}
+
+
+def _coerce(param: Param, value: Any) -> Any:
+    t = param.py_type
+    if t is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if t is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, t) and not (t is int and isinstance(value, bool)):
+        return value
+    raise _BadArguments(
+        f"argument {param.name} must be a JSON {_JSON_TYPES[t]}, got {type(value).__name__} {value!r:.80}."
+    )
+
+
+def _unwrap_optional(hint: Any) -> tuple[Any, bool]:
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return hint, False
+
+
+def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """Split a Google-style docstring into the description and the `Args:` entries."""
+    head, _, args_block = doc.partition("\nArgs:\n")
+    arg_docs: dict[str, str] = {}
+    current: str | None = None
+    indent: int | None = None
+    for line in args_block.splitlines():
+        match = re.match(r"(\s+)(\w+):\s*(.*)", line)
+        if match and indent in (None, len(match.group(1))):
+            indent = len(match.group(1))
+            current = match.group(2)
+            arg_docs[current] = match.group(3).strip()
+        elif current and line.strip():
+            arg_docs[current] += " " + line.strip()
+    return head.strip(), arg_docs
