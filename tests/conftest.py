@@ -22,6 +22,6 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     monkeypatch.setenv("NO_COLOR", "1")
     for name in list(os.environ):
-        if name.endswith(_KEY_SUFFIXES) or name.startswith("FUGU_") and name != "FUGU_HOME":
+        if name.endswith(_KEY_SUFFIXES) or (name.startswith("FUGU_") and name != "FUGU_HOME"):
             monkeypatch.delenv(name, raising=False)
     return home

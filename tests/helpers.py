@@ -1,4 +1,4 @@
-"""Shared test helpers: temp git repos with a failing test, pool files for loopback servers, running `fugu`."""
+"""Test helpers: temp git repos with a failing test, pool files for loopback servers, running `fugu`."""
 
 from __future__ import annotations
 
@@ -16,9 +16,7 @@ TEST = "from calc import add\n\nassert add(2, 3) == 5, 'add(2, 3) should be 5'\n
 
 
 def git(root: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=root, check=True, capture_output=True, text=True
-    ).stdout
+    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout
 
 
 def make_repo(root: Path) -> Path:
@@ -63,7 +61,9 @@ class Run:
         return [json.loads(line) for line in self.stdout.splitlines() if line.strip()]
 
 
-def fugu(*args: str, cwd: Path, stdin: str | None = None, env: dict[str, str] | None = None, timeout: float = 120) -> Run:
+def fugu(
+    *args: str, cwd: Path, stdin: str | None = None, env: dict[str, str] | None = None, timeout: float = 120
+) -> Run:
     """Run the real CLI in a subprocess (as a user would), with the test's FUGU_HOME."""
     full_env = dict(os.environ)
     full_env.update(env or {})

@@ -1,0 +1,185 @@
+"""The non-interactive contract (DESIGN §7), through the real CLI against loopback servers."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from tests.helpers import BUGGY, call, fugu, make_repo, tool_reply, write_pool
+from tests.loopback import LoopbackServer
+
+
+def _pool(tmp_path: Path, server: LoopbackServer, *names: str) -> Path:
+    workers = [
+        {
+            "name": n,
+            "model": f"openai/{n}",
+            "api_base": server.base_url,
+            "priority": len(names) - i,
+            "price_in": 1.0,
+            "price_out": 1.0,
+        }
+        for i, n in enumerate(names)
+    ]
+    return write_pool(tmp_path / "pool.toml", workers)
+
+
+def test_turn_limit_exits_53(tmp_path: Path, loopback: LoopbackServer) -> None:
+    repo = make_repo(tmp_path / "repo")
+    loopback.script("solo", [tool_reply(call("glob", pattern="*.py"))] * 5)
+    run = fugu(
+        "-p",
+        "loop forever",
+        "--pool",
+        str(_pool(tmp_path, loopback, "solo")),
+        "--max-turns",
+        "2",
+        "--output-format",
+        "json",
+        cwd=repo,
+    )
+    assert run.code == 53, run.stderr
+    result = json.loads(run.stdout)
+    assert result["subtype"] == "error_max_turns" and result["is_error"] is True
+    assert result["num_turns"] == 2
+    assert "--max-turns" in result["result"]
+
+
+def test_no_usable_worker_exits_2_with_one_helpful_line(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    run = fugu("-p", "hello", cwd=repo)
+    assert run.code == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "OPENAI_API_KEY" in lines[0] and "--pool" in lines[0]
+    keyed = write_pool(
+        tmp_path / "pool.toml", [{"name": "k", "model": "openai/gpt-5", "api_key_env": "MY_KEY"}]
+    )
+    run = fugu("-p", "hello", "--pool", str(keyed), cwd=repo)
+    assert run.code == 2 and "MY_KEY is not set" in run.stderr
+
+
+def test_bad_flag_and_bad_pool_file_exit_2(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    assert fugu("-p", "x", "--max-turns", "zero", cwd=repo).code == 2
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[workers]]\nname = 'x'\n")
+    run = fugu("-p", "x", "--pool", str(bad), cwd=repo)
+    assert run.code == 2 and "model" in run.stderr
+
+
+def test_malformed_tool_call_is_answered_and_survived(tmp_path: Path, loopback: LoopbackServer) -> None:
+    repo = make_repo(tmp_path / "repo")
+    loopback.script(
+        "solo",
+        [
+            {"tool_calls": [{"name": "read_file", "arguments": "{not json"}]},
+            {"tool_calls": [{"name": "teleport", "arguments": {"to": "mars"}}]},
+            {"tool_calls": [{"name": "read_file", "arguments": {"path": 42}}]},
+            "I could not read it.",
+        ],
+    )
+    run = fugu(
+        "-p",
+        "read calc",
+        "--pool",
+        str(_pool(tmp_path, loopback, "solo")),
+        "--output-format",
+        "stream-json",
+        cwd=repo,
+    )
+    assert run.code == 0, run.stderr
+    results = [e["message"]["content"][0] for e in run.events() if e["type"] == "user"]
+    assert len(results) == 3 and all(r["is_error"] for r in results)
+    assert "JSON" in results[0]["content"] and "teleport" in results[1]["content"]
+    # the model saw each error as a tool result with the same call id
+    follow_up = loopback.requests_for("solo")[1].messages
+    assert follow_up[-1]["role"] == "tool" and "JSON" in follow_up[-1]["content"]
+
+
+def test_path_outside_repo_and_no_terminal_refusals(tmp_path: Path, loopback: LoopbackServer) -> None:
+    repo = make_repo(tmp_path / "repo")
+    (tmp_path / "secret.txt").write_text("top secret")
+    loopback.script(
+        "solo",
+        [
+            tool_reply(call("read_file", path="../secret.txt")),
+            tool_reply(call("write_file", path="calc.py", content="pwned\n")),
+            tool_reply(call("shell", command="rm -f calc.py")),
+            "gave up",
+        ],
+    )
+    run = fugu(
+        "-p", "go", "--pool", str(_pool(tmp_path, loopback, "solo")), "--output-format", "json", cwd=repo
+    )
+    assert run.code == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert len(result["permission_denials"]) == 2
+    assert (repo / "calc.py").read_text() == BUGGY
+    second = loopback.requests_for("solo")[1].messages
+    assert "top secret" not in json.dumps(second) and "outside" in second[-1]["content"]
+
+
+def test_hanging_shell_is_killed_on_time(tmp_path: Path, loopback: LoopbackServer) -> None:
+    repo = make_repo(tmp_path / "repo")
+    loopback.script("solo", [tool_reply(call("shell", command="sleep 60", timeout_s=1)), "timed out"])
+    started = time.monotonic()
+    run = fugu(
+        "-p",
+        "wait",
+        "--pool",
+        str(_pool(tmp_path, loopback, "solo")),
+        "--yes",
+        "--output-format",
+        "stream-json",
+        cwd=repo,
+    )
+    assert run.code == 0, run.stderr
+    assert time.monotonic() - started < 30
+    tool = next(e for e in run.events() if e["type"] == "user")["message"]["content"][0]
+    assert tool["is_error"] and "timed out" in tool["content"].lower()
+
+
+def test_task_from_stdin_and_text_output(tmp_path: Path, loopback: LoopbackServer) -> None:
+    repo = make_repo(tmp_path / "repo")
+    loopback.script("solo", ["The answer is 4."])
+    run = fugu("--pool", str(_pool(tmp_path, loopback, "solo")), cwd=repo, stdin="what is 2+2?")
+    assert run.code == 0, run.stderr
+    assert run.stdout.strip() == "The answer is 4."
+    assert "↳ solo" in run.stderr
+    sent = loopback.requests_for("solo")[0].messages
+    assert sent[0]["role"] == "system" and sent[-1] == {"role": "user", "content": "what is 2+2?"}
+
+
+def test_provider_error_on_every_worker_exits_1(tmp_path: Path, loopback: LoopbackServer) -> None:
+    repo = make_repo(tmp_path / "repo")
+    (Path(os.environ["FUGU_HOME"]) / "config.toml").write_text("[llm]\nmax_retries = 0\n")
+    loopback.script("one", [{"fault": 500}])
+    loopback.script("two", [{"fault": 401}])
+    run = fugu(
+        "-p", "x", "--pool", str(_pool(tmp_path, loopback, "one", "two")), "--output-format", "json", cwd=repo
+    )
+    assert run.code == 1
+    result = json.loads(run.stdout)
+    assert (
+        result["subtype"] == "error_during_execution"
+        and "one" in result["result"]
+        and "two" in result["result"]
+    )
+
+
+def test_continue_resumes_the_transcript(tmp_path: Path, loopback: LoopbackServer) -> None:
+    repo = make_repo(tmp_path / "repo")
+    pool = str(_pool(tmp_path, loopback, "solo"))
+    loopback.script("solo", ["first answer", "second answer"])
+    first = fugu("-p", "remember 42", "--pool", pool, "--output-format", "json", cwd=repo)
+    second = fugu("-p", "what did I say?", "--continue", "--output-format", "json", cwd=repo)
+    assert second.code == 0, second.stderr
+    assert json.loads(first.stdout)["session_id"] == json.loads(second.stdout)["session_id"]
+    sent = loopback.requests_for("solo")[1].messages
+    assert [m["content"] for m in sent if m["role"] != "system"] == [
+        "remember 42",
+        "first answer",
+        "what did I say?",
+    ]
