@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -23,6 +25,10 @@ from fugu_cli.events import (
     RouteChosen,
     StepFinished,
     ToolFinished,
+    WorkflowAgentEvent,
+    WorkflowPlanned,
+    WorkflowStepFinished,
+    WorkflowStepStarted,
     result_json,
 )
 from fugu_cli.types import TurnResult, dumps
@@ -93,6 +99,7 @@ def _options(req: Request, *, interactive: bool) -> Any:
         interactive=interactive,
         stream=req.output_format == "text" and sys.stdout.isatty(),
         ultra=req.ultra or None,
+        plan=req.plan,
     )
 
 
@@ -121,16 +128,10 @@ def _one_shot(req: Request, task: str) -> int:
             box["error"] = e
 
     thread = threading.Thread(target=work, name="fugu-turn", daemon=True)
-    thread.start()
-    try:
+    with _interrupt_sets(cancel):
+        thread.start()
         while thread.is_alive():
             thread.join(0.1)
-    except KeyboardInterrupt:
-        cancel.set()
-        thread.join(10)
-        if "result" not in box:
-            err("interrupted")
-            return 130
     if "error" in box:
         error = box["error"]
         assert isinstance(error, BaseException)
@@ -139,6 +140,23 @@ def _one_shot(req: Request, task: str) -> int:
     assert isinstance(result, TurnResult)
     _final(req, result, out)
     return EXIT_CODES[result.status]
+
+
+@contextmanager
+def _interrupt_sets(cancel: threading.Event) -> Iterator[None]:
+    """The first Ctrl-C asks the turn to stop (it records the cut step); a second one exits at once."""
+
+    def on_sigint(signum: int, frame: object) -> None:
+        if cancel.is_set():
+            err("interrupted")
+            os._exit(130)
+        cancel.set()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _renderer(req: Request, out: IO[str]) -> Callable[[Event], None]:
@@ -180,20 +198,31 @@ def _final(req: Request, result: TurnResult, out: IO[str]) -> None:
 class Progress:
     """Plain progress lines: `↳ worker (p=0.61, 18 ms) · read a.py · edit a.py (+3 −1) · $0.0012`."""
 
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(self, stream: IO[str], prefix: str = "") -> None:
         self.stream = stream
         self.route: RouteChosen | None = None
         self.tools: list[str] = []
+        self.prefix = prefix  # ultra mode: each workflow step's agent gets its own Progress, tagged "[i] "
+        self.steps: dict[int, Progress] = {}
 
     def on_event(self, event: Event) -> None:
-        if isinstance(event, RouteChosen):
+        if isinstance(event, WorkflowAgentEvent) and event.inner is not None:
+            sub = self.steps.setdefault(event.step, Progress(self.stream, f"{self.prefix}  [{event.step}] "))
+            sub.on_event(event.inner)
+            return
+        line = workflow_line(event)
+        if line:
+            self.stream.write(f"{self.prefix}{line}\n")
+            self.stream.flush()
+        elif isinstance(event, RouteChosen):
             self.route, self.tools = event, []
         elif isinstance(event, ToolFinished) and event.call and event.result:
-            self.tools.append(tool_summary(event.call.name, event.call.arguments, event.result.is_error))
+            r = event.result
+            self.tools.append(tool_summary(event.call.name, event.call.arguments, r.is_error, r.exit_code))
         elif isinstance(event, StepFinished) and self.route and self.route.decision:
             d = self.route.decision
             p = d.scores.get(d.worker, 0.0)
-            head = f"↳ {d.worker} (p={p:.2f}, {d.latency_ms:.0f} ms, {d.source})"
+            head = f"{self.prefix}↳ {d.worker} (p={p:.2f}, {d.latency_ms:.0f} ms, {d.source})"
             parts = [head, *self.tools, f"${event.usage.cost_usd:.4f}"]
             self.stream.write(" · ".join(parts) + "\n")
             self.stream.flush()
@@ -203,7 +232,25 @@ class Progress:
             self.stream.write(f"! {event.text}\n")
 
 
-def tool_summary(name: str, arguments: str, is_error: bool) -> str:
+def workflow_line(event: Event) -> str | None:
+    """Ultra mode's progress: the plan, then each step starting and finishing."""
+    if isinstance(event, WorkflowPlanned):
+        inner = f" for step {event.parent_step}" if event.parent_step is not None else ""
+        rows = [f"◆ workflow {event.workflow}{inner} ({event.source}, {len(event.steps)} steps)"]
+        for s in event.steps:
+            access = f" ← {', '.join(map(str, s['access']))}" if s["access"] else ""
+            rows.append(f"  {s['step']}. {s['worker']}{access}: {' '.join(str(s['subtask']).split())[:100]}")
+        return "\n".join(rows)
+    if isinstance(event, WorkflowStepStarted):
+        return f"▸ step {event.step} · {event.worker} started"
+    if isinstance(event, WorkflowStepFinished):
+        mark = "✓" if event.status == "success" else "✗"
+        took = f"{event.elapsed_s:.1f} s · ${event.cost_usd:.4f}"
+        return f"{mark} step {event.step} · {event.worker} · {event.status} · {took}"
+    return None
+
+
+def tool_summary(name: str, arguments: str, is_error: bool, exit_code: int | None = None) -> str:
     try:
         args = json.loads(arguments or "{}")
     except ValueError:
@@ -218,6 +265,8 @@ def tool_summary(name: str, arguments: str, is_error: bool) -> str:
         text = f"{name} {args.get('pattern', '')}"
     else:
         text = name
+    if exit_code:
+        text += f" (exit {exit_code})"
     return text + (" ✗" if is_error else "")
 
 

@@ -183,3 +183,33 @@ def test_continue_resumes_the_transcript(tmp_path: Path, loopback: LoopbackServe
         "first answer",
         "what did I say?",
     ]
+
+
+def test_ctrl_c_interrupts_with_130_and_records_the_cut_step(
+    tmp_path: Path, loopback: LoopbackServer
+) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    repo = make_repo(tmp_path / "repo")
+    loopback.script("solo", [{"content": "too late", "delay_s": 30}])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fugu_cli", "-p", "slow", "--pool", str(_pool(tmp_path, loopback, "solo"))],
+        cwd=repo,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not loopback.requests_for("solo") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert loopback.requests_for("solo"), "the request never reached the server"
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=20)
+    assert proc.returncode == 130, stderr
+    assert time.monotonic() - started < 10
+    shown = fugu("sessions", "show", fugu("sessions", cwd=repo).stdout.split()[0], cwd=repo)
+    assert "interrupted" in shown.stdout
