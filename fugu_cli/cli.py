@@ -129,6 +129,17 @@ def pool_cmd(
     raise typer.Exit(runner.pool_command(pool, json_out))
 
 
+@app.command("demo")
+def demo_cmd(
+    router: Annotated[str | None, typer.Option("--router", help="A router checkpoint, or 'prior'.")] = None,
+    keep: Annotated[bool, typer.Option("--keep", help="Keep the demo repository.")] = False,
+) -> None:
+    """Replay a recorded multi-worker session offline: see fugu work without a key."""
+    from fugu_cli.ui import demo
+
+    raise typer.Exit(demo.main(router, keep))
+
+
 @sessions_app.callback(invoke_without_command=True)
 def sessions_list(
     ctx: typer.Context,

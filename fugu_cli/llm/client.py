@@ -1,0 +1,287 @@
+"""The production `LLM`: chat completions through litellm, with our own retries, streaming, usage and cost.
+
+The only module that imports litellm, and only inside `load_litellm()` (first call), never at import time.
+Never prints: warnings go to the "fugu" logger and to `on_warning` / `warnings_seen`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fugu_cli.errors import Interrupted, ProviderError
+from fugu_cli.llm.parse import MalformedReply, StreamAssembler, completion_from_response
+from fugu_cli.llm.pricing import PriceBook
+from fugu_cli.llm.transcript import clean_transcript
+from fugu_cli.types import Completion, Message, Worker
+
+log = logging.getLogger("fugu")
+
+# A local OpenAI-compatible server often needs no key, but litellm's OpenAI path refuses to run without one.
+LOCAL_DUMMY_KEY = "sk-fugu-local"
+_POLL_S = 0.02
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """`max_retries` counts retries after the first attempt (so 2 means at most 3 attempts)."""
+
+    timeout_s: float = 120.0
+    max_retries: int = 2
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 30.0
+    stream: bool = True
+
+
+@functools.cache
+def load_litellm() -> Any:
+    """Import and configure litellm once (about 3 s); safe to call from a background thread."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    litellm.drop_params = True
+    return litellm
+
+
+@dataclass(frozen=True)
+class _Fault:
+    cause: str
+    retryable: bool
+    retry_after_s: float | None = None
+
+
+class _CallbackFailed(Exception):
+    """The caller's `on_text` raised: a bug on our side, never a provider fault to retry."""
+
+    def __init__(self, original: Exception) -> None:
+        super().__init__(str(original))
+        self.original = original
+
+
+class LiteLLMClient:
+    """Implements `fugu_cli.llm.LLM` over litellm."""
+
+    def __init__(
+        self,
+        config: ClientConfig | None = None,
+        *,
+        on_warning: Callable[[str], None] | None = None,
+    ) -> None:
+        self.config = config or ClientConfig()
+        self.on_warning = on_warning
+        self.warnings_seen: list[str] = []
+        self.prices = PriceBook(self._warn, load_litellm)
+
+    def complete(
+        self,
+        worker: Worker,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]],
+        *,
+        on_text: Callable[[str], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Completion:
+        request = self._request(worker, messages, tools)
+        stream = on_text is not None and self.config.stream
+        attempts = self.config.max_retries + 1
+        fault = _Fault("no attempt made", retryable=True)
+        for attempt in range(attempts):
+            _check(cancel)
+            try:
+                return self._attempt(worker, request, stream, on_text, cancel)
+            except (Interrupted, ProviderError):
+                raise
+            except _CallbackFailed as exc:
+                raise exc.original from None
+            except Exception as exc:
+                fault = classify(exc, self.config.timeout_s)
+                log.debug("worker %s attempt %d failed: %r", worker.name, attempt + 1, exc)
+                if not fault.retryable:
+                    raise ProviderError(
+                        _describe(worker, fault.cause), worker=worker.name, retryable=False
+                    ) from exc
+            if attempt + 1 < attempts:
+                _sleep(self._delay(attempt, fault), cancel)
+        cause = f"{fault.cause} (after {attempts} attempts)"
+        raise ProviderError(_describe(worker, cause), worker=worker.name)
+
+    def _request(
+        self, worker: Worker, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        request: dict[str, Any] = {
+            "model": worker.model,
+            "messages": clean_transcript([m.to_openai() for m in messages]),
+            "timeout": self.config.timeout_s,
+            "num_retries": 0,
+            "max_retries": 0,
+        }
+        if tools:
+            request["tools"] = [dict(t) for t in tools]
+        if worker.api_base:
+            request["api_base"] = worker.api_base
+        key = os.environ.get(worker.api_key_env) if worker.api_key_env else None
+        if key:
+            request["api_key"] = key
+        elif worker.api_base:
+            request["api_key"] = LOCAL_DUMMY_KEY
+        elif worker.api_key_env:
+            cause = f"{worker.api_key_env} is not set. Set it, or remove the worker from the pool"
+            raise ProviderError(_describe(worker, cause), worker=worker.name, retryable=False)
+        return request
+
+    def _attempt(
+        self,
+        worker: Worker,
+        request: dict[str, Any],
+        stream: bool,
+        on_text: Callable[[str], None] | None,
+        cancel: threading.Event | None,
+    ) -> Completion:
+        """Runs the blocking litellm call in a helper thread so `cancel` is honoured within milliseconds."""
+        events: queue.Queue[tuple[str, Any]] = queue.Queue()
+        abort = threading.Event()
+        body = functools.partial(self._call, worker, request, stream, events, abort)
+        threading.Thread(target=body, name=f"llm-{worker.name}", daemon=True).start()
+        while True:
+            if cancel is not None and cancel.is_set():
+                abort.set()
+                raise Interrupted(f"interrupted while waiting for {worker.name}")
+            try:
+                kind, value = events.get(timeout=_POLL_S)
+            except queue.Empty:
+                continue
+            if kind == "text" and on_text is not None:
+                try:
+                    on_text(value)
+                except Exception as exc:
+                    abort.set()
+                    raise _CallbackFailed(exc) from exc
+            elif kind == "done":
+                return self._finish(worker, value)
+            elif kind == "error":
+                raise value
+
+    def _call(
+        self,
+        worker: Worker,
+        request: dict[str, Any],
+        stream: bool,
+        events: queue.Queue[tuple[str, Any]],
+        abort: threading.Event,
+    ) -> None:
+        try:
+            litellm = load_litellm()
+            if not stream:
+                events.put(("done", completion_from_response(litellm.completion(**request), worker.name)))
+                return
+            chunks = litellm.completion(**request, stream=True, stream_options={"include_usage": True})
+            assembler = StreamAssembler(worker.name)
+            for chunk in chunks:
+                if abort.is_set():
+                    return
+                text = assembler.add(chunk)
+                if text:
+                    events.put(("text", text))
+            events.put(("done", assembler.result()))
+        except Exception as exc:
+            events.put(("error", exc))
+
+    def _finish(self, worker: Worker, completion: Completion | None) -> Completion:
+        if completion is None:
+            raise MalformedReply("reply had no choices")
+        usage = self.prices.cost(worker, completion.usage)
+        return Completion(
+            completion.message, usage, completion.model or worker.model, completion.finish_reason
+        )
+
+    def _delay(self, attempt: int, fault: _Fault) -> float:
+        cap = self.config.backoff_max_s
+        if fault.retry_after_s is not None:
+            return min(max(fault.retry_after_s, 0.0), cap)
+        backoff = self.config.backoff_base_s * float(2**attempt) * (0.5 + random.random())
+        return min(backoff, cap)
+
+    def _warn(self, text: str) -> None:
+        log.warning("%s", text)
+        self.warnings_seen.append(text)
+        if self.on_warning is not None:
+            self.on_warning(text)
+
+
+def classify(exc: BaseException, timeout_s: float) -> _Fault:
+    """Maps litellm's (and the OpenAI SDK's) exceptions onto retry categories."""
+    if isinstance(exc, MalformedReply):
+        return _Fault(f"malformed reply: {exc}", retryable=True)
+    name = type(exc).__name__
+    status = getattr(exc, "status_code", None)
+    if name in ("Timeout", "APITimeoutError") or isinstance(exc, TimeoutError):
+        return _Fault(f"timed out after {timeout_s:g} s", retryable=True)
+    if name in ("AuthenticationError", "PermissionDeniedError", "NotFoundError") or name.startswith(
+        "BadRequest"
+    ):
+        return _Fault(f"{_status_text(status)}{_first_line(exc)}", retryable=False)
+    if name == "ContextWindowExceededError" or name == "UnsupportedParamsError":
+        return _Fault(_first_line(exc), retryable=False)
+    if name == "APIConnectionError" or isinstance(exc, ConnectionError):
+        return _Fault(f"connection failed: {_first_line(exc)}", retryable=True)
+    if isinstance(status, int) and 400 <= status < 500 and status not in (408, 409, 429):
+        return _Fault(f"{_status_text(status)}{_first_line(exc)}", retryable=False)
+    if status == 429 or name == "RateLimitError":
+        return _Fault("rate limited (429)", retryable=True, retry_after_s=_retry_after(exc))
+    if isinstance(status, int) and status >= 500:
+        return _Fault(
+            f"server error {status}: {_first_line(exc)}", retryable=True, retry_after_s=_retry_after(exc)
+        )
+    return _Fault(f"malformed reply: {_first_line(exc)}", retryable=True)
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    headers: Any = getattr(getattr(exc, "response", None), "headers", None)
+    if not headers:
+        headers = getattr(exc, "litellm_response_headers", None)
+    value = headers.get("retry-after") if headers else None
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            return parsedate_to_datetime(str(value)).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return None
+
+
+def _status_text(status: object) -> str:
+    return f"HTTP {status}: " if isinstance(status, int) else ""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text[:300]
+
+
+def _describe(worker: Worker, cause: str) -> str:
+    return f"worker {worker.name} ({worker.model}): {cause}"
+
+
+def _check(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise Interrupted("interrupted")
+
+
+def _sleep(seconds: float, cancel: threading.Event | None) -> None:
+    if cancel is None:
+        time.sleep(seconds)
+    elif cancel.wait(seconds):
+        raise Interrupted("interrupted during retry backoff")

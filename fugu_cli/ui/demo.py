@@ -1,0 +1,68 @@
+"""`fugu demo`: replay a recorded multi-worker session offline, in a throwaway git repository.
+
+Only the models' words are scripted (fugu_cli/data/demo.json); the router, tools, git and the ledger are real.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+
+def load_demo() -> dict[str, Any]:
+    text = resources.files("fugu_cli").joinpath("data/demo.json").read_text(encoding="utf-8")
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+
+
+def make_repo(root: Path, files: dict[str, str]) -> None:
+    for name, content in files.items():
+        (root / name).write_text(content)
+    _git(root, "init", "-q")
+    _git(root, "add", "-A")
+    _git(root, "-c", "user.email=demo@fugu", "-c", "user.name=fugu demo", "commit", "-q", "-m", "demo repo")
+
+
+def write_pool(path: Path, workers: list[dict[str, Any]]) -> None:
+    lines: list[str] = []
+    for w in workers:
+        lines.append("[[workers]]")
+        lines.extend(f"{k} = {json.dumps(v)}" for k, v in w.items())
+        lines.append("")
+    path.write_text("\n".join(lines))
+
+
+def main(router: str | None, keep: bool) -> int:
+    from fugu_cli.app import RunOptions, build_session
+    from fugu_cli.llm.scripted import ScriptedLLM
+    from fugu_cli.ui.run import Progress
+
+    demo = load_demo()
+    tmp = Path(tempfile.mkdtemp(prefix="fugu-demo-"))
+    repo = tmp / "repo"
+    repo.mkdir()
+    make_repo(repo, demo["files"])
+    write_pool(tmp / "pool.toml", demo["workers"])
+    opts = RunOptions(cwd=repo, pool=str(tmp / "pool.toml"), permission_mode="full-auto", router=router)
+    session = build_session(opts, llm=ScriptedLLM(demo["replies"]))
+    print(f"fugu demo: a recorded session replayed in {repo} (only the models' words are scripted)")
+    print(f"task: {demo['task']}\n")
+    result = session.run_turn(demo["task"], Progress(sys.stdout).on_event)
+    print(f"\n{result.result}\n")
+    diff = subprocess.run(["git", "diff"], cwd=repo, capture_output=True, text=True).stdout
+    print(diff)
+    print(f"see who did what: fugu sessions show {result.session_id}")
+    if not keep:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0 if result.status == "success" else 1

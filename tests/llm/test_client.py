@@ -1,0 +1,331 @@
+"""LiteLLMClient through litellm's own HTTP code against the loopback provider (OpenAI, Anthropic shapes)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+
+import pytest
+
+from fugu_cli.errors import Interrupted, ProviderError
+from fugu_cli.llm.client import LOCAL_DUMMY_KEY, ClientConfig, LiteLLMClient, load_litellm
+from fugu_cli.types import Message, ToolCall, Worker
+from tests.loopback import LoopbackServer
+
+FAST = ClientConfig(timeout_s=5.0, max_retries=2, backoff_base_s=0.01)
+SHELL_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "shell",
+        "description": "Run a shell command.",
+        "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+    },
+}
+TASK = [Message("system", "You are fugu."), Message("user", "list the files")]
+
+
+def openai_worker(server: LoopbackServer, model: str = "openai/test-model", **kw: object) -> Worker:
+    return Worker(name="w-open", model=model, api_base=server.base_url, **kw)  # type: ignore[arg-type]
+
+
+def test_text_reply(loopback: LoopbackServer) -> None:
+    loopback.script("test-model", ["hello from loopback"])
+    done = LiteLLMClient(FAST).complete(openai_worker(loopback), TASK, [SHELL_TOOL])
+    assert done.message.content == "hello from loopback"
+    assert done.message.role == "assistant" and done.message.worker == "w-open"
+    assert done.message.tool_calls == ()
+    assert done.finish_reason == "stop"
+    [req] = loopback.requests
+    assert req.path == "/v1/chat/completions" and req.model == "test-model"
+    assert req.messages == [m.to_openai() for m in TASK]
+    assert req.body["tools"][0]["function"]["name"] == "shell"
+    assert "authorization" not in req.headers
+
+
+def test_tool_call_reply_keeps_arguments(loopback: LoopbackServer) -> None:
+    args = {"cmd": "ls -la 'a b'", "nested": {"n": [1, 2]}}
+    loopback.script("test-model", [{"tool_calls": [{"id": "call_42", "name": "shell", "arguments": args}]}])
+    done = LiteLLMClient(FAST).complete(openai_worker(loopback), TASK, [SHELL_TOOL])
+    [call] = done.message.tool_calls
+    assert (call.id, call.name) == ("call_42", "shell")
+    assert json.loads(call.arguments) == args
+    assert done.finish_reason == "tool_calls"
+
+
+def test_invalid_tool_arguments_pass_through_raw(loopback: LoopbackServer) -> None:
+    loopback.script("test-model", [{"tool_calls": [{"name": "shell", "arguments": '{"cmd": "ls'}]}])
+    done = LiteLLMClient(FAST).complete(openai_worker(loopback), TASK, [SHELL_TOOL])
+    assert done.message.tool_calls[0].arguments == '{"cmd": "ls'
+
+
+def test_missing_tool_call_ids_are_synthesized(loopback: LoopbackServer) -> None:
+    calls = [{"id": None, "name": "shell", "arguments": {"cmd": c}} for c in ("a", "b")]
+    loopback.script("test-model", [{"tool_calls": calls}, {"tool_calls": calls}])
+    client = LiteLLMClient(FAST)
+    plain = client.complete(openai_worker(loopback), TASK, [SHELL_TOOL])
+    streamed = client.complete(openai_worker(loopback), TASK, [SHELL_TOOL], on_text=lambda _t: None)
+    ids = [c.id for c in plain.message.tool_calls + streamed.message.tool_calls]
+    assert all(ids) and len(set(ids)) == 4
+    assert [json.loads(c.arguments)["cmd"] for c in streamed.message.tool_calls] == ["a", "b"]
+
+
+def test_streaming_text_and_tool_call(loopback: LoopbackServer) -> None:
+    text = "Let me look at the repository first."
+    args = {"cmd": "git status --porcelain", "timeout": 30}
+    reply = {"content": text, "tool_calls": [{"id": "call_s", "name": "shell", "arguments": args}]}
+    loopback.script("test-model", [{**reply, "usage": {"prompt_tokens": 321, "completion_tokens": 45}}])
+    deltas: list[str] = []
+    done = LiteLLMClient(FAST).complete(openai_worker(loopback), TASK, [SHELL_TOOL], on_text=deltas.append)
+    assert len(deltas) > 3 and "".join(deltas) == text
+    assert done.message.content == text
+    [call] = done.message.tool_calls
+    assert (call.id, call.name, json.loads(call.arguments)) == ("call_s", "shell", args)
+    assert (done.usage.prompt_tokens, done.usage.completion_tokens) == (321, 45)
+    [req] = loopback.requests
+    assert req.stream and req.body["stream_options"] == {"include_usage": True}
+
+
+def test_cost_from_worker_prices(loopback: LoopbackServer) -> None:
+    usage = {"prompt_tokens": 1000, "completion_tokens": 500, "cached_tokens": 200}
+    loopback.script("test-model", [{"content": "ok", "usage": usage}])
+    worker = openai_worker(loopback, price_in=2.0, price_out=10.0)
+    done = LiteLLMClient(FAST).complete(worker, TASK, [])
+    assert (done.usage.prompt_tokens, done.usage.completion_tokens, done.usage.cached_tokens) == (
+        1000,
+        500,
+        200,
+    )
+    assert done.usage.cost_usd == pytest.approx(0.002 + 0.005)
+
+
+def test_cost_from_litellm_table(loopback: LoopbackServer) -> None:
+    loopback.script(
+        "gpt-4o-mini", [{"content": "ok", "usage": {"prompt_tokens": 1000, "completion_tokens": 1000}}]
+    )
+    client = LiteLLMClient(FAST)
+    done = client.complete(openai_worker(loopback, model="openai/gpt-4o-mini"), TASK, [])
+    assert done.usage.cost_usd == pytest.approx(1000 * 0.15e-6 + 1000 * 0.6e-6)
+    assert client.warnings_seen == []
+
+
+def test_unknown_price_costs_zero_and_warns_once(
+    loopback: LoopbackServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = f"openai/unpriced-{uuid.uuid4().hex[:8]}"
+    seen: list[str] = []
+    client = LiteLLMClient(FAST, on_warning=seen.append)
+    with caplog.at_level(logging.WARNING, logger="fugu"):
+        costs = [
+            client.complete(openai_worker(loopback, model=model), TASK, []).usage.cost_usd for _ in range(3)
+        ]
+    assert costs == [0.0, 0.0, 0.0]
+    assert len(seen) == 1 and model in seen[0] and client.warnings_seen == seen
+    assert [r.getMessage() for r in caplog.records if model in r.getMessage()] == seen
+
+
+def test_rate_limit_then_success_is_retried(loopback: LoopbackServer) -> None:
+    loopback.script("test-model", [{"fault": 429}, {"fault": 429, "retry_after": 0.4}, "finally"])
+    start = time.monotonic()
+    done = LiteLLMClient(FAST).complete(openai_worker(loopback), TASK, [])
+    assert done.message.content == "finally"
+    assert [r.status for r in loopback.requests] == [429, 429, 200]
+    gap = loopback.requests[2].arrived - loopback.requests[1].finished  # type: ignore[operator]
+    assert gap >= 0.35, "Retry-After must be honoured"
+    assert time.monotonic() - start < 3.0
+
+
+def test_server_errors_exhaust_retries(loopback: LoopbackServer) -> None:
+    loopback.script("test-model", [{"fault": 500}] * 6)
+    config = ClientConfig(timeout_s=5.0, max_retries=3, backoff_base_s=0.01)
+    with pytest.raises(ProviderError) as err:
+        LiteLLMClient(config).complete(openai_worker(loopback), TASK, [])
+    assert len(loopback.requests) == 4
+    assert err.value.worker == "w-open" and err.value.retryable
+    message = str(err.value)
+    assert "w-open" in message and "openai/test-model" in message and "500" in message
+    assert "\n" not in message
+
+
+def test_timeout_is_retried_then_fails_in_bounded_time(loopback: LoopbackServer) -> None:
+    loopback.script("test-model", [{"fault": "timeout", "sleep_s": 5}] * 3)
+    config = ClientConfig(timeout_s=0.3, max_retries=1, backoff_base_s=0.01)
+    start = time.monotonic()
+    with pytest.raises(ProviderError, match="timed out"):
+        LiteLLMClient(config).complete(openai_worker(loopback), TASK, [])
+    assert time.monotonic() - start < 2.5
+    assert len(loopback.requests) == 2
+
+
+def test_malformed_json_is_retried(loopback: LoopbackServer) -> None:
+    loopback.script("test-model", [{"fault": "malformed"}, "recovered"])
+    done = LiteLLMClient(FAST).complete(openai_worker(loopback), TASK, [])
+    assert done.message.content == "recovered"
+    assert len(loopback.requests) == 2
+
+
+def test_unauthorized_is_not_retried(loopback: LoopbackServer) -> None:
+    loopback.script("test-model", [{"fault": 401}, "never reached"])
+    with pytest.raises(ProviderError) as err:
+        LiteLLMClient(FAST).complete(openai_worker(loopback), TASK, [])
+    assert not err.value.retryable
+    assert len(loopback.requests) == 1 and "401" in str(err.value)
+
+
+def test_connection_refused_is_retried_then_fails() -> None:
+    server = LoopbackServer().start()
+    worker = openai_worker(server)
+    server.stop()
+    with pytest.raises(ProviderError, match="w-open"):
+        LiteLLMClient(ClientConfig(timeout_s=2.0, max_retries=1, backoff_base_s=0.01)).complete(
+            worker, TASK, []
+        )
+
+
+def test_missing_key_fails_before_any_request(loopback: LoopbackServer) -> None:
+    worker = Worker(name="w-key", model="openai/test-model", api_key_env="FUGU_TEST_NO_SUCH_KEY")
+    with pytest.raises(ProviderError, match="FUGU_TEST_NO_SUCH_KEY is not set") as err:
+        LiteLLMClient(FAST).complete(worker, TASK, [])
+    assert not err.value.retryable and loopback.requests == []
+
+
+def test_key_from_environment_is_sent(loopback: LoopbackServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FUGU_TEST_KEY", "sk-secret-1234")
+    LiteLLMClient(FAST).complete(openai_worker(loopback, api_key_env="FUGU_TEST_KEY"), TASK, [])
+    LiteLLMClient(FAST).complete(anthropic_worker(loopback, api_key_env="FUGU_TEST_KEY"), TASK, [])
+    assert [r.key_tail for r in loopback.requests] == ["1234", "1234"]
+    assert all("authorization" not in r.headers and "x-api-key" not in r.headers for r in loopback.requests)
+
+
+def test_local_server_without_key_gets_a_dummy_key(loopback: LoopbackServer) -> None:
+    LiteLLMClient(FAST).complete(openai_worker(loopback), TASK, [])
+    assert loopback.requests[0].key_tail == LOCAL_DUMMY_KEY[-4:]
+
+
+def test_cancel_during_slow_stream_is_prompt(loopback: LoopbackServer) -> None:
+    loopback.script("test-model", [{"content": "x" * 400, "chunk_size": 2, "chunk_delay_s": 0.1}])
+    cancel = threading.Event()
+    deltas: list[str] = []
+    cancelled_at: list[float] = []
+
+    def on_text(piece: str) -> None:
+        deltas.append(piece)
+        if len(deltas) == 3 and not cancel.is_set():
+            cancelled_at.append(time.monotonic())
+            cancel.set()
+
+    with pytest.raises(Interrupted):
+        LiteLLMClient(FAST).complete(openai_worker(loopback), TASK, [], on_text=on_text, cancel=cancel)
+    assert time.monotonic() - cancelled_at[0] < 0.2
+    assert 3 <= len(deltas) < 10
+
+
+def test_cancel_before_reply_arrives(loopback: LoopbackServer) -> None:
+    loopback.script("test-model", [{"content": "late", "delay_s": 3}])
+    cancel = threading.Event()
+    threading.Timer(0.2, cancel.set).start()
+    start = time.monotonic()
+    with pytest.raises(Interrupted):
+        LiteLLMClient(FAST).complete(openai_worker(loopback), TASK, [], cancel=cancel)
+    assert time.monotonic() - start < 1.0
+
+
+def handoff_transcript() -> list[Message]:
+    """A step by worker `other`, with its tool result, then the next step goes to a different worker."""
+    call = ToolCall("call_abc123", "shell", '{"cmd": "ls"}')
+    return [
+        *TASK,
+        Message("assistant", None, (call,), worker="other"),
+        Message("tool", "README.md\nsetup.py", tool_call_id="call_abc123", name="shell", worker="other"),
+    ]
+
+
+def test_transcript_from_another_worker_round_trips(loopback: LoopbackServer) -> None:
+    loopback.script("test-model", ["two files"])
+    LiteLLMClient(FAST).complete(openai_worker(loopback), handoff_transcript(), [SHELL_TOOL])
+    sent = loopback.requests[0].messages
+    assert sent[2]["role"] == "assistant" and sent[2]["tool_calls"][0]["id"] == "call_abc123"
+    assert sent[2]["tool_calls"][0]["function"] == {"name": "shell", "arguments": '{"cmd": "ls"}'}
+    assert sent[3] == {
+        "role": "tool",
+        "tool_call_id": "call_abc123",
+        "content": "README.md\nsetup.py",
+        "name": "shell",
+    }
+    assert all("worker" not in m for m in sent)
+
+
+def anthropic_worker(server: LoopbackServer, **kw: object) -> Worker:
+    return Worker(name="w-claude", model="anthropic/claude-test", api_base=server.url, **kw)  # type: ignore[arg-type]
+
+
+def test_anthropic_shape_text_and_tool_use(loopback: LoopbackServer) -> None:
+    args = {"cmd": "pytest -q"}
+    loopback.script(
+        "claude-test",
+        [
+            {
+                "content": "running tests",
+                "tool_calls": [{"id": "toolu_1", "name": "shell", "arguments": args}],
+                "usage": {"prompt_tokens": 50, "completion_tokens": 7},
+            }
+        ],
+    )
+    done = LiteLLMClient(FAST).complete(anthropic_worker(loopback), handoff_transcript(), [SHELL_TOOL])
+    assert done.message.content == "running tests" and done.message.worker == "w-claude"
+    [call] = done.message.tool_calls
+    assert (call.id, call.name, json.loads(call.arguments)) == ("toolu_1", "shell", args)
+    assert (done.usage.prompt_tokens, done.usage.completion_tokens) == (50, 7)
+    [req] = loopback.requests
+    assert req.path == "/v1/messages"
+    blocks = [
+        b for m in req.body["messages"] for b in (m["content"] if isinstance(m["content"], list) else [])
+    ]
+    uses = [b for b in blocks if b.get("type") == "tool_use"]
+    results = [b for b in blocks if b.get("type") == "tool_result"]
+    assert uses[0]["id"] == "call_abc123" and results[0]["tool_use_id"] == "call_abc123"
+    assert "README.md" in json.dumps(results[0]["content"])
+    assert req.body["system"]
+
+
+def test_anthropic_shape_rate_limit_retried(loopback: LoopbackServer) -> None:
+    loopback.script("claude-test", [{"fault": 429}, "fine"])
+    done = LiteLLMClient(FAST).complete(anthropic_worker(loopback), TASK, [])
+    assert done.message.content == "fine" and len(loopback.requests) == 2
+
+
+def test_anthropic_shape_streaming(loopback: LoopbackServer) -> None:
+    args = {"path": "calc.py", "text": "def add(a, b):\n    return a + b\n"}
+    reply = {
+        "content": "Fixing calc.py now.",
+        "tool_calls": [{"id": "toolu_9", "name": "write", "arguments": args}],
+    }
+    loopback.script("claude-test", [{**reply, "usage": {"prompt_tokens": 80, "completion_tokens": 20}}])
+    deltas: list[str] = []
+    done = LiteLLMClient(FAST).complete(anthropic_worker(loopback), TASK, [SHELL_TOOL], on_text=deltas.append)
+    assert len(deltas) > 2 and "".join(deltas) == "Fixing calc.py now."
+    [call] = done.message.tool_calls
+    assert (call.id, call.name, json.loads(call.arguments)) == ("toolu_9", "write", args)
+    assert (done.usage.prompt_tokens, done.usage.completion_tokens) == (80, 20)
+    assert loopback.requests[0].stream
+
+
+def test_load_litellm_configures_it_once() -> None:
+    lib = load_litellm()
+    assert load_litellm() is lib
+    assert lib.suppress_debug_info is True
+    assert os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
+
+
+def test_on_text_errors_propagate_without_retry(loopback: LoopbackServer) -> None:
+    loopback.script("test-model", ["some streamed text", "second"])
+
+    def broken(_piece: str) -> None:
+        raise RuntimeError("renderer bug")
+
+    with pytest.raises(RuntimeError, match="renderer bug"):
+        LiteLLMClient(FAST).complete(openai_worker(loopback), TASK, [], on_text=broken)
+    assert len(loopback.requests) == 1
