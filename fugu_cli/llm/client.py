@@ -285,3 +285,14 @@ def _sleep(seconds: float, cancel: threading.Event | None) -> None:
         time.sleep(seconds)
     elif cancel.wait(seconds):
         raise Interrupted("interrupted during retry backoff")
+
+
+def table_price(model: str) -> tuple[float, float] | None:
+    """litellm's price for `model` in USD per million input and output tokens, if it knows one."""
+    try:
+        cost_in, cost_out = load_litellm().cost_per_token(
+            model=model, prompt_tokens=1_000_000, completion_tokens=1_000_000
+        )
+    except Exception:
+        return None
+    return float(cost_in), float(cost_out)

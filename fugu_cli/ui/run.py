@@ -284,6 +284,7 @@ def pool_command(pool: str | None, json_out: bool) -> int:
         err(f"no worker is configured: {POOL_HINT}")
         return 2
     checked = check_pool(workers)
+    prices = {a.worker.name: _price(a.worker) for a in checked}
     if json_out:
         rows = [
             {
@@ -291,8 +292,9 @@ def pool_command(pool: str | None, json_out: bool) -> int:
                 "model": a.worker.model,
                 "usable": a.ok,
                 "reason": a.reason,
-                "price_in": a.worker.price_in,
-                "price_out": a.worker.price_out,
+                "price_in": prices[a.worker.name][0],
+                "price_out": prices[a.worker.name][1],
+                "price_source": prices[a.worker.name][2],
                 "priority": a.worker.priority,
             }
             for a in checked
@@ -302,17 +304,24 @@ def pool_command(pool: str | None, json_out: bool) -> int:
         print(f"pool from {source}:")
         for a in checked:
             w = a.worker
-            price = (
-                f"${w.price_in:g}/${w.price_out:g} per M tokens"
-                if w.price_in is not None and w.price_out is not None
-                else "litellm price table"
-            )
+            p_in, p_out, where = prices[w.name]
+            price = f"${p_in:g}/${p_out:g} per M ({where})" if p_in is not None else "price unknown ($0)"
             mark = "ok " if a.ok else "-- "
             print(f"  {mark} {w.name:<18} {w.model:<40} {price:<28} {a.reason}")
     if not any(a.ok for a in checked):
         err(f"no usable worker: {POOL_HINT}")
         return 2
     return 0
+
+
+def _price(w: Any) -> tuple[float | None, float | None, str]:
+    """Per-million prices: the worker's own, else litellm's table (imports litellm, about 3 s)."""
+    if w.price_in is not None or w.price_out is not None:
+        return w.price_in or 0.0, w.price_out or 0.0, "pool"
+    from fugu_cli.llm.client import table_price
+
+    found = table_price(w.model)
+    return (found[0], found[1], "litellm") if found else (None, None, "unknown")
 
 
 def sessions_list(limit: int) -> int:

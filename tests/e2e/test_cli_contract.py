@@ -213,3 +213,35 @@ def test_ctrl_c_interrupts_with_130_and_records_the_cut_step(
     assert time.monotonic() - started < 10
     shown = fugu("sessions", "show", fugu("sessions", cwd=repo).stdout.split()[0], cwd=repo)
     assert "interrupted" in shown.stdout
+
+
+def test_pool_lists_usability_and_prices(tmp_path: Path, loopback: LoopbackServer) -> None:
+    pool = write_pool(
+        tmp_path / "pool.toml",
+        [
+            {
+                "name": "local",
+                "model": "openai/local",
+                "api_base": loopback.base_url,
+                "price_in": 0.5,
+                "price_out": 1.5,
+            },
+            {"name": "gone", "model": "openai/gone", "api_base": "http://127.0.0.1:9/v1"},
+            {"name": "keyed", "model": "openai/gpt-4o-mini", "api_key_env": "FUGU_TEST_API_KEY"},
+        ],
+    )
+    run = fugu("pool", "--pool", str(pool), "--json", cwd=tmp_path)
+    assert run.code == 0, run.stderr
+    rows = {r["name"]: r for r in json.loads(run.stdout)["workers"]}
+    assert rows["local"]["usable"] and (rows["local"]["price_in"], rows["local"]["price_source"]) == (
+        0.5,
+        "pool",
+    )
+    assert not rows["gone"]["usable"] and "no answer" in rows["gone"]["reason"]
+    assert not rows["keyed"]["usable"] and rows["keyed"]["reason"] == "FUGU_TEST_API_KEY is not set"
+    assert rows["keyed"]["price_source"] == "litellm" and rows["keyed"]["price_in"] == 0.15
+    only_bad = write_pool(
+        tmp_path / "bad.toml", [{"name": "gone", "model": "openai/x", "api_base": "http://127.0.0.1:9/v1"}]
+    )
+    run = fugu("pool", "--pool", str(only_bad), cwd=tmp_path)
+    assert run.code == 2 and "no usable worker" in run.stderr
