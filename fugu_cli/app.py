@@ -10,7 +10,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fugu_cli.agent import AgentDeps, Limits
 from fugu_cli.config import Config, PermissionModeName, fugu_home, load_config
@@ -25,6 +25,9 @@ from fugu_cli.session import Session, SessionConfig, SessionDeps
 from fugu_cli.store import Store, new_session_id
 from fugu_cli.tools import Approver, PermissionPolicy, ToolContext
 from fugu_cli.types import Message, Worker
+
+if TYPE_CHECKING:
+    from fugu_cli.conductor import Conductor
 
 
 @dataclass
@@ -44,6 +47,7 @@ class RunOptions:
     interactive: bool = False
     stream: bool = False
     ultra: bool | None = None
+    plan: Path | None = None  # --plan FILE: the workflow ultra mode runs instead of asking the conductor
 
 
 @dataclass(frozen=True)
@@ -129,10 +133,10 @@ def default_permission(config: Config, interactive: bool) -> PermissionModeName:
     return config.permission_mode or "ask"
 
 
-def system_prompt(root: Path) -> str:
+def system_prompt(root: Path, name: str = "system") -> str:
     from fugu_cli import prompts
 
-    text = prompts.load("system")
+    text = prompts.load(name)
     for name in ("AGENTS.md", "CLAUDE.md"):
         path = root / name
         if path.is_file():
@@ -207,8 +211,43 @@ def build_session(
         permission_mode=mode,
         router_name=router.name,
     )
-    deps = SessionDeps(agent=agent, store=store, pool=pool, router=router, fallback=PriorRouter())
+    ultra = build_conductor(config, opts, agent, store, pool, root)
+    session_config.ultra = config.ultra
+    deps = SessionDeps(
+        agent=agent, store=store, pool=pool, router=router, fallback=PriorRouter(), ultra=ultra
+    )
     return Session(deps, session_config, messages)
+
+
+def build_conductor(
+    config: Config, opts: RunOptions, agent: AgentDeps, store: Store, pool: Sequence[Worker], root: Path
+) -> Conductor:
+    """Ultra mode's conductor (always built, so `/ultra on` works in any session)."""
+    from fugu_cli.conductor import Conductor, ConductorConfig, ConductorDeps
+    from fugu_cli.conductor.workflow import PlanError, load
+
+    u = config.ultra_settings
+    names = [w.name for w in pool]
+    conductor = u.conductor or max(pool, key=lambda w: w.priority).name
+    if conductor not in names:
+        choose = ", ".join(names)
+        raise UsageError(f"[ultra] conductor = {conductor!r} is not a usable worker; choose one of: {choose}")
+    plan = None
+    if opts.plan is not None:
+        try:
+            plan = load(opts.plan, names, allow_conductor=u.max_depth > 0)
+        except PlanError as e:
+            raise UsageError(str(e)) from None
+    cfg = ConductorConfig(
+        root=root,
+        conductor=conductor,
+        home=fugu_home(),
+        max_depth=u.max_depth,
+        step_limits=Limits(u.step_max_turns, u.step_max_budget_usd, u.step_timeout_s),
+        system_prompt=system_prompt(root, "workflow_step"),
+        plan=plan,
+    )
+    return Conductor(ConductorDeps(agent=agent, store=store, pool=pool), cfg)
 
 
 def _resume(store: Store, opts: RunOptions, root: Path) -> tuple[str | None, list[Worker], list[Message]]:

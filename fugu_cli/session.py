@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from fugu_cli.agent import Agent, AgentDeps, Limits
 from fugu_cli.errors import UsageError
@@ -30,6 +31,23 @@ class SessionConfig:
     system_prompt: str = ""
     permission_mode: str = "ask"
     router_name: str = "prior"
+    ultra: bool = False  # turns go to `SessionDeps.ultra` (the conductor); `/ultra on|off` flips it
+
+
+class UltraMode(Protocol):
+    """Ultra mode as the session sees it (fugu_cli.conductor.Conductor); `fugu` runs the turn in fugu mode."""
+
+    def run_turn(
+        self,
+        text: str,
+        turn: int,
+        emit: Emit,
+        cancel: threading.Event | None,
+        *,
+        fugu: Callable[[], TurnResult],
+        before_apply: Callable[[], None] | None = None,
+        record: Callable[[Message], None] = ...,
+    ) -> TurnResult: ...
 
 
 @dataclass
@@ -41,6 +59,7 @@ class SessionDeps:
     pool: list[Worker]
     router: Router
     fallback: Router
+    ultra: UltraMode | None = None
 
 
 class Session:
@@ -50,7 +69,7 @@ class Session:
         self.id = deps.agent.session_id
         self.messages: list[Message] = list(messages)
         self.turn = self._last_turn()
-        self.checkpoints: dict[int, str] = {}
+        self.checkpoints: dict[int, str] = self._saved_checkpoints()
         self._seq = len(self.messages)
         self._lock = threading.Lock()
         if not self.messages and config.system_prompt:
@@ -63,6 +82,17 @@ class Session:
     @property
     def workers(self) -> dict[str, Worker]:
         return {w.name: w for w in self.deps.pool}
+
+    @property
+    def ultra(self) -> bool:
+        return self.config.ultra
+
+    @ultra.setter
+    def ultra(self, on: bool) -> None:
+        """Switch ultra mode for the following turns (`/ultra on|off`)."""
+        if on and self.deps.ultra is None:
+            raise UsageError("ultra mode is not available in this session (no conductor was built)")
+        self.config.ultra = on
 
     def set_worker(self, name: str | None) -> None:
         """Force a worker for the following steps (None: back to the router)."""
@@ -94,14 +124,24 @@ class Session:
                 self.deps.agent,
                 tool_ctx=dataclasses.replace(self.deps.agent.tool_ctx, before_edit=self._checkpointer(turn)),
             )
-            result = Agent(deps).run(
-                self.messages,
-                turn,
-                self._pick,
-                self.config.limits,
-                cancel=cancel,
-                on_message=self._persist,
-            )
+
+            def fugu_turn() -> TurnResult:
+                return Agent(deps).run(
+                    self.messages,
+                    turn,
+                    self._pick,
+                    self.config.limits,
+                    cancel=cancel,
+                    on_message=self._persist,
+                )
+
+            if self.ultra and self.deps.ultra is not None:
+                checkpoint = self._checkpointer(turn)
+                result = self.deps.ultra.run_turn(
+                    text, turn, emit, cancel, fugu=fugu_turn, before_apply=checkpoint, record=self._append
+                )
+            else:
+                result = fugu_turn()
             self.deps.store.execute(
                 "INSERT OR REPLACE INTO turns (session_id, turn, task, status, result, cost_usd, checkpoint,"
                 " created_at) VALUES (?,?,?,?,?,?,?,?)",
@@ -165,12 +205,28 @@ class Session:
 
         return checkpoint
 
+    def _saved_checkpoints(self) -> dict[int, str]:
+        """A resumed session's unused /undo checkpoints (the turns table keeps one per turn that edited)."""
+        rows = self.deps.store.query(
+            "SELECT turn, checkpoint FROM turns WHERE session_id=? AND checkpoint != ''",
+            (self.id,),
+        )
+        return {int(r["turn"]): str(r["checkpoint"]) for r in rows}
+
     def undo(self) -> list[str]:
-        """Restore the tree to its state before the last turn that edited it. Returns the restored paths."""
+        """Restore the tree to its state before the last turn that changed it. Returns the restored paths.
+
+        A turn whose checkpoint matches the tree (it only ran commands that changed nothing) is skipped.
+        """
         for turn in sorted(self.checkpoints, reverse=True):
             sha = self.checkpoints.pop(turn)
+            self.deps.store.execute(
+                "UPDATE turns SET checkpoint=NULL WHERE session_id=? AND turn=?", (self.id, turn)
+            )
             if sha:
                 from fugu_cli.tools import git
 
-                return git.restore_checkpoint(self.config.root, sha)
-        raise UsageError("nothing to undo: no turn of this session has edited files")
+                restored = git.restore_checkpoint(self.config.root, sha)
+                if restored:
+                    return restored
+        raise UsageError("nothing to undo: no turn of this session has changed files")

@@ -104,12 +104,16 @@ def _options(req: Request, *, interactive: bool) -> Any:
 
 
 def _repl(req: Request) -> int:
-    try:
-        from fugu_cli.ui import repl  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        err("the interactive REPL is not available in this build; run a task with: fugu -p 'TASK'")
-        return 2
-    return int(repl.main(_options(req, interactive=True)))
+    from fugu_cli.ui import repl
+
+    # the options are made in the REPL's loader thread: importing app.py would delay the first prompt
+    launch = repl.Launch(
+        options=lambda: _options(req, interactive=True),
+        cwd=Path.cwd(),
+        worker=req.worker,
+        resuming=bool(req.resume or req.continue_last),
+    )
+    return repl.main(launch)
 
 
 def _one_shot(req: Request, task: str) -> int:
@@ -236,7 +240,8 @@ def workflow_line(event: Event) -> str | None:
     """Ultra mode's progress: the plan, then each step starting and finishing."""
     if isinstance(event, WorkflowPlanned):
         inner = f" for step {event.parent_step}" if event.parent_step is not None else ""
-        rows = [f"◆ workflow {event.workflow}{inner} ({event.source}, {len(event.steps)} steps)"]
+        n = len(event.steps)
+        rows = [f"◆ workflow {event.workflow}{inner} ({event.source}, {n} step{'' if n == 1 else 's'})"]
         for s in event.steps:
             access = f" ← {', '.join(map(str, s['access']))}" if s["access"] else ""
             rows.append(f"  {s['step']}. {s['worker']}{access}: {' '.join(str(s['subtask']).split())[:100]}")

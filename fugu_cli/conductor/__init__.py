@@ -1,0 +1,249 @@
+"""Ultra mode: a conductor plans a workflow, isolated agents run it, the final changes land, memory grows.
+
+`Conductor.run_turn` is what a Session calls for a turn in ultra mode. When the conductor cannot produce a
+valid workflow (after one repair round) it says so and runs the session's own fugu-mode turn. Never prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fugu_cli import memory
+from fugu_cli.agent import AgentDeps, Limits
+from fugu_cli.conductor.planner import Planner, PlanOutcome, PlanRequest, total_usage
+from fugu_cli.conductor.runner import Frame, Runner, RunnerConfig, RunnerDeps, StepOutcome
+from fugu_cli.conductor.workflow import Workflow
+from fugu_cli.events import Emit, Notice, WorkflowPlanned
+from fugu_cli.ledger import Ledger, scopes
+from fugu_cli.store import Store
+from fugu_cli.tools import ApprovalRequest
+from fugu_cli.types import Message, TurnResult, TurnStatus, Worker
+
+__all__ = ["Conductor", "ConductorConfig", "ConductorDeps", "Workflow"]
+
+
+@dataclass
+class ConductorConfig:
+    root: Path
+    conductor: str  # the pool worker that plans
+    home: Path  # FUGU_HOME: worktrees and saved patches live under it
+    max_depth: int = 2
+    step_limits: Limits = field(default_factory=Limits)
+    system_prompt: str = ""  # for workflow steps
+    plan: Workflow | None = None  # --plan: run this instead of asking the conductor
+
+
+@dataclass
+class ConductorDeps:
+    agent: AgentDeps
+    store: Store
+    pool: Sequence[Worker]
+
+
+@dataclass(frozen=True)
+class _Landing:
+    status: TurnStatus
+    error: str | None
+    patch: str
+
+
+class Conductor:
+    def __init__(self, deps: ConductorDeps, config: ConductorConfig) -> None:
+        self.deps = deps
+        self.config = config
+
+    @property
+    def sid(self) -> str:
+        return self.deps.agent.session_id
+
+    def run_turn(
+        self,
+        text: str,
+        turn: int,
+        emit: Emit,
+        cancel: threading.Event | None,
+        *,
+        fugu: Callable[[], TurnResult],
+        before_apply: Callable[[], None] | None = None,
+        record: Callable[[Message], None] = lambda m: None,
+    ) -> TurnResult:
+        """Plan (or take the --plan workflow), run it, apply the final step's changes, update memory."""
+        agent = dataclasses.replace(self.deps.agent, emit=emit)
+        store = self.deps.store
+        wf = self.next_workflow()
+        notes = memory.context_block(store, self.sid, self.config.root)
+        planner = Planner(agent, self.config.conductor, self.deps.pool, self.config.max_depth)
+        plan: PlanOutcome | None = None
+        workflow = self.config.plan
+        if workflow is None:
+            ledger = Ledger(store, self.sid, f"wf{wf}.plan")
+            plan = planner.plan(PlanRequest(text, notes), ledger, turn, cancel)
+            if plan.workflow is None:
+                return self._fall_back(plan, emit, fugu, cancel)
+            workflow = plan.workflow
+        source = "conductor" if plan is not None else "plan-file"
+        emit(WorkflowPlanned(self.sid, workflow=wf, steps=tuple(workflow.to_json()), source=source))
+        base = self._base(wf, emit)
+        runner = Runner(
+            RunnerDeps(agent, store, self.deps.pool, planner, emit),
+            RunnerConfig(
+                self.config.root,
+                self.config.home / "worktrees" / self.sid,
+                self.config.step_limits,
+                self.config.system_prompt,
+            ),
+        )
+        outcomes = runner.run(workflow, Frame(wf, turn, text, base, notes, 0, f"wf{wf}"), cancel)
+        _remove_empty_dirs(runner.config.worktrees)
+        landing = self._land(wf, outcomes, base, emit, before_apply)
+        applied = (
+            memory.facts_from_patch(landing.patch, outcomes[-1].worker) if landing.status == "success" else []
+        )
+        memory.distil(store, self.sid, wf, [s for o in outcomes for s in o.scopes], applied)
+        final = outcomes[-1]
+        record(Message(role="assistant", content=final.answer, worker=final.worker))
+        usage, workers, steps = total_usage([*([plan] if plan else []), *outcomes])
+        return TurnResult(
+            status=landing.status,
+            result=final.answer if landing.error is None else landing.error,
+            session_id=self.sid,
+            num_turns=steps,
+            usage=usage,
+            workers=workers,
+            error=landing.error,
+        )
+
+    def next_workflow(self) -> int:
+        numbers = [
+            int(m.group(1)) for s in scopes(self.deps.store, self.sid) if (m := re.match(r"wf(\d+)\.", s))
+        ]
+        return max([*numbers, memory.last_workflow(self.deps.store, self.sid)]) + 1
+
+    def _fall_back(
+        self, plan: PlanOutcome, emit: Emit, fugu: Callable[[], TurnResult], cancel: threading.Event | None
+    ) -> TurnResult:
+        if cancel is not None and cancel.is_set():
+            usage, workers, steps = total_usage([plan])
+            return TurnResult("interrupted", "interrupted by the user", self.sid, steps, usage, workers)
+        what = "invalid twice" if plan.num_turns >= 2 else "unusable"
+        emit(
+            Notice(
+                self.sid,
+                level="warning",
+                text=f"the conductor's plan was {what} ({plan.error}); running in fugu mode",
+            )
+        )
+        result = fugu()
+        usage, workers, steps = total_usage([plan, result])
+        return dataclasses.replace(result, usage=usage, workers=workers, num_turns=steps)
+
+    def _base(self, wf: int, emit: Emit) -> str | None:
+        from fugu_cli.tools import git
+
+        try:
+            return git.checkpoint(self.config.root, f"{self.sid}-wf{wf}")
+        except Exception as e:  # not a git repository: no worktrees, so no isolation of files
+            emit(
+                Notice(
+                    self.sid,
+                    level="warning",
+                    text=f"no git worktrees ({e}); the steps share {self.config.root}",
+                )
+            )
+            return None
+
+    def _land(
+        self,
+        wf: int,
+        outcomes: Sequence[StepOutcome],
+        base: str | None,
+        emit: Emit,
+        before_apply: Callable[[], None] | None,
+    ) -> _Landing:
+        """Apply the final step's changes to the user's tree, or leave it untouched and save the patch."""
+        final = outcomes[-1]
+        for o in outcomes[:-1]:
+            if o.patch.strip() and o.index not in final.carried:
+                path = self._save(f"wf{wf}-s{o.index}", o.patch)
+                emit(
+                    Notice(
+                        self.sid,
+                        level="warning",
+                        text=f"step {o.index}'s changes reach no later step and were not applied: {path}",
+                    )
+                )
+        if final.status != "success":
+            error = f"step {final.index} ({final.worker}) did not finish: {final.answer}"
+            if final.cumulative.strip():
+                path = self._save(f"wf{wf}", final.cumulative)
+                error += f"; its changes were not applied and are saved at {path}"
+            return _Landing(final.status, error, "")
+        patch = final.cumulative
+        if base is None or not patch.strip():
+            return _Landing("success", None, "")
+        refused = self._refused(patch)
+        if refused:
+            return _Landing(
+                "error_during_execution",
+                f"{refused}; the changes are saved at {self._save(f'wf{wf}', patch)}",
+                "",
+            )
+        if before_apply is not None:
+            before_apply()
+        from fugu_cli.tools import git
+
+        ok, message = git.apply_patch(self.config.root, patch)
+        if not ok:
+            path = self._save(f"wf{wf}", patch)
+            error = (
+                f"the workflow's changes conflict with your files, which were left untouched. {message}\n"
+                f"The patch is saved at {path}; apply it by hand with: git apply --3way {path}"
+            )
+            return _Landing("error_during_execution", error, "")
+        emit(Notice(self.sid, level="info", text=message))
+        return _Landing("success", None, patch)
+
+    def _refused(self, patch: str) -> str | None:
+        ctx = self.deps.agent.tool_ctx
+        decision = ctx.policy.check("edit", "edit")
+        if decision == "allow":
+            return None
+        if decision == "ask" and ctx.approve is not None:
+            files = memory.patch_files(patch)
+            request = ApprovalRequest(
+                agent="conductor",
+                tool="apply_workflow",
+                kind="edit",
+                summary=f"apply the workflow's changes to {len(files)} file(s): {', '.join(files)[:200]}",
+                detail=patch,
+                prefix="edit",
+            )
+            answer = ctx.approve(request)
+            if answer == "always":
+                ctx.policy.remember("edit")
+            if answer in ("yes", "always"):
+                return None
+            return "you declined the workflow's changes"
+        return "the permission mode does not allow edits, so the workflow's changes were not applied"
+
+    def _save(self, name: str, patch: str) -> Path:
+        path = self.config.home / "patches" / f"{self.sid}-{name}.patch"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(patch, encoding="utf-8")
+        return path
+
+
+def _remove_empty_dirs(top: Path) -> None:
+    """The worktrees are gone; drop the directories that held them (anything left in them stays)."""
+    if not top.is_dir():
+        return
+    for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        if not any(d.iterdir()):
+            d.rmdir()
+    if not any(top.iterdir()):
+        top.rmdir()
