@@ -169,7 +169,7 @@ def build_session(
     root = repo_root(opts.cwd)
     resumed, saved_pool, messages = _resume(store, opts, root)
     pool = usable_pool(config, opts.cwd, saved_pool)
-    names = {w.name for w in pool}
+    names = [w.name for w in pool]
     if config.worker and config.worker not in names:
         raise UsageError(
             f"--worker {config.worker}: no such usable worker; choose one of: {', '.join(names)}"

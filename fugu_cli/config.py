@@ -170,4 +170,6 @@ def load_config(cwd: Path, overrides: dict[str, Any] | None = None) -> Config:
 def _first_error(e: ValidationError) -> str:
     err = e.errors()[0]
     where = ".".join(str(p) for p in err["loc"])
+    if err["type"] == "extra_forbidden":
+        return f"unknown setting {where!r} (see README.md, Configuration)"
     return f"{where}: {err['msg']}"
