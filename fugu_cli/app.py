@@ -98,10 +98,20 @@ def load_options_config(opts: RunOptions) -> Config:
     return load_config(opts.cwd, overrides)
 
 
-def usable_pool(config: Config, cwd: Path, saved: Sequence[Worker] = ()) -> list[Worker]:
+def discover_pool(config: Config, cwd: Path, saved: Sequence[Worker] = ()) -> tuple[list[Worker], str]:
+    """The configured pool; else a resumed session's; else one from the keys present or a local Ollama."""
     workers, source = configured_pool(config, cwd)
     if not workers and saved:
         workers, source = list(saved), "the resumed session"
+    if not workers:
+        from fugu_cli.llm.probe import ollama_workers
+
+        workers, source = ollama_workers(), "a local Ollama server"
+    return workers, source
+
+
+def usable_pool(config: Config, cwd: Path, saved: Sequence[Worker] = ()) -> list[Worker]:
+    workers, source = discover_pool(config, cwd, saved)
     if not workers:
         raise NoWorkerError(f"no worker is configured: {POOL_HINT}")
     checked = check_pool(workers)

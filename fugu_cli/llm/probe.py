@@ -5,6 +5,7 @@ Must stay light: standard library only, never imports litellm.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import urllib.error
@@ -51,3 +52,33 @@ def _tcp_connects(api_base: str, timeout_s: float) -> bool:
             return True
     except OSError:
         return False
+
+
+def ollama_workers(timeout_s: float = 0.3) -> list[Worker]:
+    """Workers for the models of a local Ollama server (`OLLAMA_HOST`, default 127.0.0.1:11434) if it answers.
+
+    The model named by `FUGU_OLLAMA_MODEL` comes first (highest priority); otherwise Ollama's own order.
+    """
+    host = os.environ.get("OLLAMA_HOST", "http://127.0.0.1:11434")
+    if "://" not in host:
+        host = f"http://{host}"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(f"{host.rstrip('/')}/api/tags", timeout=timeout_s) as reply:
+            names = [m["name"] for m in json.load(reply).get("models", []) if m.get("name")]
+    except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+    preferred = os.environ.get("FUGU_OLLAMA_MODEL")
+    names.sort(key=lambda n: n != preferred)
+    return [
+        Worker(
+            name=f"ollama-{n.replace(':', '-')}",
+            model=f"ollama_chat/{n}",
+            api_base=host,
+            description=f"Local model {n} served by Ollama: free and private; best for small, routine steps.",
+            priority=-i,
+            price_in=0.0,
+            price_out=0.0,
+        )
+        for i, n in enumerate(names)
+    ]

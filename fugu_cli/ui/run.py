@@ -276,12 +276,12 @@ def tool_summary(name: str, arguments: str, is_error: bool, exit_code: int | Non
 
 
 def pool_command(pool: str | None, json_out: bool) -> int:
-    from fugu_cli.app import RunOptions, check_pool, load_options_config
-    from fugu_cli.pool import POOL_HINT, configured_pool
+    from fugu_cli.app import RunOptions, check_pool, discover_pool, load_options_config
+    from fugu_cli.pool import POOL_HINT
 
     try:
         config = load_options_config(RunOptions(pool=pool))
-        workers, source = configured_pool(config, Path.cwd())
+        workers, source = discover_pool(config, Path.cwd())
     except UsageError as e:
         err(str(e))
         return 2

@@ -245,3 +245,35 @@ def test_pool_lists_usability_and_prices(tmp_path: Path, loopback: LoopbackServe
     )
     run = fugu("pool", "--pool", str(only_bad), cwd=tmp_path)
     assert run.code == 2 and "no usable worker" in run.stderr
+
+
+def test_a_local_ollama_server_makes_the_pool_when_no_key_is_set(tmp_path: Path) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Tags(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps({"models": [{"name": "llama3.2:3b"}, {"name": "qwen2.5-coder:7b"}]}).encode()
+            self.send_response(200 if self.path == "/api/tags" else 404)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Tags)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = {
+            "OLLAMA_HOST": f"127.0.0.1:{server.server_address[1]}",
+            "FUGU_OLLAMA_MODEL": "qwen2.5-coder:7b",
+        }
+        run = fugu("pool", "--json", cwd=tmp_path, env=env)
+    finally:
+        server.shutdown()
+    assert run.code == 0, run.stderr
+    listed = json.loads(run.stdout)
+    assert listed["source"] == "a local Ollama server"
+    rows = listed["workers"]
+    assert [r["name"] for r in rows] == ["ollama-qwen2.5-coder-7b", "ollama-llama3.2-3b"]
+    assert rows[0]["model"] == "ollama_chat/qwen2.5-coder:7b" and all(r["usable"] for r in rows)
