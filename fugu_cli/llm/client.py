@@ -180,6 +180,8 @@ class LiteLLMClient:
     ) -> None:
         try:
             litellm = load_litellm()
+            if abort.is_set():  # cancelled while litellm was importing: don't send (or pay for) the request
+                return
             if not stream:
                 events.put(("done", completion_from_response(litellm.completion(**request), worker.name)))
                 return

@@ -147,7 +147,7 @@ def _scratch_index(cwd: Path) -> Iterator[dict[str, str]]:
     with tempfile.TemporaryDirectory(prefix="fugu-index-") as tmp:
         scratch = Path(tmp) / "index"
         if real.exists():
-            shutil.copyfile(real, scratch)
+            shutil.copy2(real, scratch)
         yield {"GIT_INDEX_FILE": str(scratch)}
 
 

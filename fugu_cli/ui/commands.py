@@ -1,0 +1,329 @@
+"""Slash commands: the table of `/name`s the REPL completes, and what each one does to the live session.
+
+Cheap to import (the prompt completes from `COMMANDS` before anything heavy is loaded); rich and the session
+are reached only when a command runs. An unknown command suggests the nearest one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from fugu_cli.errors import FuguError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from fugu_cli.ledger import Ledger
+    from fugu_cli.session import Session
+    from fugu_cli.tools import ToolKind
+    from fugu_cli.tools.base import Invocation
+
+
+class Context(Protocol):
+    """What a command may use: the terminal, the live session, and the REPL's own controls."""
+
+    @property
+    def console(self) -> Console: ...
+
+    @property
+    def session(self) -> Session: ...
+
+    def switch_session(self, resume: str | None) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+Handler = Callable[[Context, str], None]
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    args: str
+    help: str
+    run: Handler
+
+
+def parse(line: str) -> tuple[str, str] | None:
+    """`/worker beta` → ("worker", "beta"); None when the line is a task (`/usr/bin is full`)."""
+    if not line.startswith("/"):
+        return None
+    parts = line[1:].split(None, 1)
+    if not parts or "/" in parts[0]:
+        return None
+    return parts[0].lower(), parts[1].strip() if len(parts) > 1 else ""
+
+
+def nearest(name: str) -> str | None:
+    match = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.4)
+    if match:
+        return match[0]
+    prefixed = [c for c in COMMANDS if c.startswith(name[:2])]
+    return prefixed[0] if prefixed else None
+
+
+def dispatch(ctx: Context, line: str) -> bool:
+    """Run a slash command; False when the line is not one (the REPL sends it to the model)."""
+    parsed = parse(line)
+    if parsed is None:
+        return False
+    name, arg = parsed
+    command = COMMANDS.get(name)
+    if command is None:
+        guess = nearest(name)
+        hint = f"; did you mean /{guess}?" if guess else ""
+        _say(ctx, f"unknown command /{name}{hint} (/help lists them)", "yellow")
+        return True
+    try:
+        command.run(ctx, arg)
+    except FuguError as e:
+        _say(ctx, str(e), "red")
+    return True
+
+
+def _say(ctx: Context, text: str, style: str = "") -> None:
+    from rich.text import Text
+
+    ctx.console.print(Text(text, style=style), overflow="fold")
+
+
+# --- the commands -----------------------------------------------------------------------------------------
+
+
+def _help(ctx: Context, arg: str) -> None:
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for c in COMMANDS.values():
+        table.add_row(f"/{c.name}" + (f" {c.args}" if c.args else ""), c.help)
+    ctx.console.print(table)
+    _say(
+        ctx,
+        "Enter sends · Alt-Enter, Ctrl-J or a trailing \\ add a line · @path attaches a file · "
+        "Ctrl-R searches history · Ctrl-C stops a step · Ctrl-D exits",
+        "dim",
+    )
+
+
+def _worker(ctx: Context, arg: str) -> None:
+    session = ctx.session
+    if not arg:
+        current = session.config.forced_worker or "auto (the router picks)"
+        _say(ctx, f"worker: {current}; pool: {', '.join(session.workers)}")
+        return
+    if arg == "auto":
+        session.set_worker(None)
+        _say(ctx, "the router picks the worker for each step again", "dim")
+        return
+    if arg not in session.workers:
+        guess = difflib.get_close_matches(arg, list(session.workers), n=1, cutoff=0.3)
+        hint = f"; did you mean {guess[0]}?" if guess else ""
+        _say(
+            ctx,
+            f"no worker named {arg!r} in the pool{hint} (choose: {', '.join(session.workers)}, auto)",
+            "red",
+        )
+        return
+    session.set_worker(arg)
+    _say(ctx, f"every step goes to {arg} until /worker auto", "dim")
+
+
+def _pool(ctx: Context, arg: str) -> None:
+    from rich.table import Table
+
+    session = ctx.session
+    steps = session.ledger.steps()
+    last = steps[-1].scores if steps else {}
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("worker", "model", "price in/out per M", "router p", ""):
+        table.add_column(col, overflow="fold")
+    for w in session.deps.pool:
+        price = (
+            f"${w.price_in:g}/${w.price_out:g}"
+            if w.price_in is not None and w.price_out is not None
+            else "table"
+        )
+        p = f"{last[w.name]:.2f}" if w.name in last else "-"
+        mark = "forced" if session.config.forced_worker == w.name else ""
+        table.add_row(w.name, w.model, price, p, mark)
+    ctx.console.print(table)
+    _say(ctx, f"router: {session.config.router_name}", "dim")
+
+
+def _cost(ctx: Context, arg: str) -> None:
+    from rich.table import Table
+
+    from fugu_cli.types import Usage
+    from fugu_cli.ui.render import worker_costs
+
+    steps = [s for ledger in _ledgers(ctx.session) for s in ledger.steps()]
+    per = worker_costs((s.worker, s.usage) for s in steps)
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("worker", "steps", "tokens in", "tokens out", "cost"):
+        table.add_column(col, justify="left" if col == "worker" else "right")
+    total = Usage()
+    for name, (n, u) in per.items():
+        total = total + u
+        table.add_row(name, str(n), f"{u.prompt_tokens:,}", f"{u.completion_tokens:,}", f"${u.cost_usd:.4f}")
+    n_all = sum(n for n, _ in per.values())
+    table.add_row(
+        "total",
+        str(n_all),
+        f"{total.prompt_tokens:,}",
+        f"{total.completion_tokens:,}",
+        f"${total.cost_usd:.4f}",
+    )
+    ctx.console.print(table)
+
+
+def _ledgers(session: Session) -> list[Ledger]:
+    """The session's ledgers: "main" (fugu mode) and, in ultra mode, one per workflow step."""
+    from fugu_cli.ledger import Ledger, scopes
+
+    names = scopes(session.deps.store, session.id)
+    return [session.ledger] + [Ledger(session.deps.store, session.id, n) for n in names if n != "main"]
+
+
+def _trace(ctx: Context, arg: str) -> None:
+    from rich.text import Text
+
+    from fugu_cli.ui.render import tool_summary
+
+    ledgers = [(ledger.scope, ledger.steps(), ledger.tool_calls()) for ledger in _ledgers(ctx.session)]
+    if not any(steps for _, steps, _ in ledgers):
+        _say(ctx, "nothing yet: no step has run in this session", "dim")
+        return
+    for scope, steps, calls in ledgers:
+        if scope != "main" and steps:
+            _say(ctx, f"[{scope}]", "bold")
+        for s in steps:
+            p = s.scores.get(s.worker)
+            why = s.source + (f", p={p:.2f}" if p is not None else "") + (f", {s.reason}" if s.reason else "")
+            line = Text(f"turn {s.turn} step {s.step} ", style="dim")
+            line.append(s.worker, style="bold cyan")
+            line.append(f" ({why}) · {s.status} · ${s.usage.cost_usd:.4f}", style="dim")
+            ctx.console.print(line, overflow="fold")
+            for c in calls:
+                if (c.turn, c.step, c.agent) == (s.turn, s.step, s.worker):
+                    flag = " denied" if c.denied else (" error" if c.is_error else "")
+                    text = f"    {c.agent}: {tool_summary(c.tool, c.arguments)}{flag}"
+                    ctx.console.print(text, overflow="fold", markup=False)
+
+
+def _diff(ctx: Context, arg: str) -> None:
+    from fugu_cli.tools.git import git_diff
+    from fugu_cli.ui.render import diff_text
+
+    text = git_diff(_user_invocation(ctx, "git_diff", "read"), arg or None)
+    if text.startswith("No uncommitted"):
+        _say(ctx, text, "dim")
+        return
+    ctx.console.print(diff_text(text, limit=None), overflow="fold", end="")
+
+
+def _undo(ctx: Context, arg: str) -> None:
+    paths = ctx.session.undo()
+    _say(ctx, f"restored {len(paths)} path(s) to before the turn's first edit: {', '.join(paths)}", "green")
+
+
+def _commit(ctx: Context, arg: str) -> None:
+    from fugu_cli.tools.git import git_commit
+
+    session = ctx.session
+    message = arg or _default_message(session)
+    _say(ctx, git_commit(_user_invocation(ctx, "git_commit", "edit"), message), "green")
+
+
+def _default_message(session: Session) -> str:
+    tasks = [m.content for m in session.messages if m.role == "user" and m.content]
+    subject = tasks[-1].strip().splitlines()[0][:72] if tasks else "changes made with fugu"
+    return f"{subject}\n\nMade with fugu (session {session.id})."
+
+
+def _user_invocation(ctx: Context, tool: str, kind: ToolKind) -> Invocation:
+    from fugu_cli.tools import PermissionPolicy, ToolContext
+    from fugu_cli.tools.base import Invocation
+
+    # the user typed the command: no approval question, and no checkpoint (it is not a model's edit)
+    context = ToolContext(
+        root=ctx.session.config.root, agent="user", policy=PermissionPolicy(mode="full-auto")
+    )
+    return Invocation(ctx=context, tool=tool, kind=kind)
+
+
+def _clear(ctx: Context, arg: str) -> None:
+    ctx.switch_session(None)
+
+
+def _sessions(ctx: Context, arg: str) -> None:
+    rows = ctx.session.deps.store.list_sessions(15)
+    current = ctx.session.id
+    for r in rows:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.updated_at))
+        mark = "*" if r.id == current else " "
+        ctx.console.print(
+            f"{mark} {r.id}  {when}  ${r.cost_usd:<8.4f} {r.title[:50]}", overflow="ellipsis", markup=False
+        )
+    _say(ctx, "/resume ID continues one", "dim")
+
+
+def _resume(ctx: Context, arg: str) -> None:
+    if not arg:
+        _say(ctx, "usage: /resume ID (/sessions lists them)", "yellow")
+        return
+    ctx.switch_session(arg)
+
+
+def _ultra(ctx: Context, arg: str) -> None:
+    session = ctx.session
+    if arg in ("on", "off"):
+        session.ultra = arg == "on"
+    elif arg:
+        _say(ctx, "usage: /ultra on|off", "yellow")
+        return
+    if session.ultra:
+        _say(ctx, "ultra mode is on: a conductor plans a workflow of workers for each turn (/ultra off)")
+    else:
+        _say(ctx, "ultra mode is off: the router picks a worker for each step (/ultra on)")
+
+
+def _memory(ctx: Context, arg: str) -> None:
+    from fugu_cli import memory
+
+    session = ctx.session
+    ctx.console.print(memory.render(session.deps.store, session.id), overflow="fold", markup=False)
+
+
+def _exit(ctx: Context, arg: str) -> None:
+    ctx.stop()
+
+
+COMMANDS: dict[str, Command] = {
+    c.name: c
+    for c in (
+        Command("help", "", "this list", _help),
+        Command(
+            "worker", "NAME|auto", "send every step to NAME (sticky), or let the router pick again", _worker
+        ),
+        Command("pool", "", "the workers, their prices and the router's last probabilities", _pool),
+        Command("cost", "", "tokens and cost of this session, per worker", _cost),
+        Command("trace", "", "who did what in this session: each step's worker, why, tools, cost", _trace),
+        Command("diff", "[PATH]", "uncommitted changes in the repository", _diff),
+        Command("undo", "", "restore the files to before the last edited turn's first edit", _undo),
+        Command(
+            "commit", "[MESSAGE]", "commit every change (git add -A); default message: the last task", _commit
+        ),
+        Command("clear", "", "start a new session (the transcript starts empty)", _clear),
+        Command("sessions", "", "recent sessions", _sessions),
+        Command("resume", "ID", "switch to a past session", _resume),
+        Command("ultra", "on|off", "let a conductor plan a multi-worker workflow for each turn", _ultra),
+        Command("memory", "", "what ultra mode's agents learned in this session", _memory),
+        Command("exit", "", "leave (Ctrl-D does too)", _exit),
+    )
+}

@@ -1,0 +1,367 @@
+"""The interactive REPL: read a line, run it as a slash command or a turn, render the turn, repeat.
+
+The prompt appears before anything heavy loads: the session (pool probe, router) is built and litellm imported
+in a background thread started after the first prompt is drawn; the first turn waits only if that is not done.
+Each turn runs in its own thread so Ctrl-C in the main thread can cancel it; approvals come back here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fugu_cli import __version__
+from fugu_cli.errors import FuguError
+from fugu_cli.ui import approve, commands
+from fugu_cli.ui.prompt import ReplCompleter, expand_mentions, make_session
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from fugu_cli.app import RunOptions
+    from fugu_cli.session import Session
+    from fugu_cli.tools import Answer, ApprovalRequest
+    from fugu_cli.types import TurnResult
+    from fugu_cli.ui.render import Renderer
+
+log = logging.getLogger("fugu")
+
+
+class LoadFailed(Exception):
+    """The background build of the session failed; the REPL reports it and exits."""
+
+
+class Loader:
+    """Builds the session in a thread (then preloads rich and litellm) while the user types."""
+
+    def __init__(self, build: Callable[[], Session], on_failure: Callable[[], None] = lambda: None) -> None:
+        self._build = build
+        self._on_failure = on_failure
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.session: Session | None = None
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="fugu-loader", daemon=True)
+            self._thread.start()
+
+    @property
+    def ready(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self) -> Session:
+        self.start()
+        while not self._done.wait(0.05):
+            pass
+        if self.session is None:
+            raise LoadFailed() from self.error
+        return self.session
+
+    def _run(self) -> None:
+        try:
+            self.session = self._build()
+        except BaseException as e:
+            self.error = e
+            self._done.set()
+            self._on_failure()
+            return
+        self._done.set()
+        _preload(self.session)
+
+
+def _preload(session: Session) -> None:
+    try:
+        import fugu_cli.ui.render  # noqa: F401  (rich: the first turn should not pay for it)
+
+        if type(session.deps.agent.llm).__module__ == "fugu_cli.llm.client":
+            from fugu_cli.llm.client import load_litellm
+
+            load_litellm()
+    except Exception:  # the first turn will meet the same problem and report it properly
+        log.debug("preload failed", exc_info=True)
+
+
+class Repl:
+    """One interactive run: the prompt, the live session, its renderer and approvals."""
+
+    def __init__(self, launch: Launch) -> None:
+        self.launch = launch
+        self._opts: RunOptions | None = None
+        self.approvals = approve.Approvals(before_ask=self._pause)
+        self.loader = Loader(lambda: self._build(self.opts), self._interrupt_prompt)
+        self.prompt = make_session(self._message, ReplCompleter(self._commands, self._arguments, self._root))
+        self._console: Console | None = None
+        self._renderer: Renderer | None = None
+        self._session: Session | None = None
+        self._running = True
+        self._turns = 0
+
+    # --- the Context that slash commands use ------------------------------------------------------------
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            from fugu_cli.ui.render import make_console
+
+            self._console = make_console()
+        return self._console
+
+    @property
+    def session(self) -> Session:
+        if self._session is None:
+            if not self.loader.ready:
+                self._say("starting the pool and the router…", "dim")
+            self._session = self.loader.wait()
+        return self._session
+
+    def switch_session(self, resume: str | None) -> None:
+        worker = self._session.config.forced_worker if self._session else self.launch.worker
+        opts = dataclasses.replace(self.opts, resume=resume, continue_last=False, worker=worker)
+        with self.console.status("loading…"):
+            session = self._build(opts)
+        self._session = session
+        if resume:
+            self._show_resumed(session)
+        else:
+            self._say(f"new session {session.id}", "dim")
+
+    def stop(self) -> None:
+        self._running = False
+
+    # --- the loop -----------------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        print(f"fugu {__version__} · /help for commands · Ctrl-D exits", flush=True)
+        try:
+            if self.launch.resuming:
+                self._show_resumed(self.session)
+            else:
+                self.prompt.app.after_render += lambda _: self.loader.start()
+            self._loop()
+        except LoadFailed:
+            return self._load_error()
+        except KeyboardInterrupt:  # while a resumed session was still loading
+            return 130
+        self._goodbye()
+        return 0
+
+    def _loop(self) -> None:
+        ctrl_c = False
+        while self._running:
+            try:
+                text = self.prompt.prompt()
+            except KeyboardInterrupt:
+                if ctrl_c:
+                    return
+                ctrl_c = True
+                print("(Ctrl-C again or Ctrl-D to exit)", flush=True)
+                continue
+            except EOFError:
+                return
+            ctrl_c = False
+            self._handle(text.strip())
+
+    def _handle(self, text: str) -> None:
+        if not text:
+            return
+        try:
+            if not commands.dispatch(self, text):
+                self._turn(text)
+        except KeyboardInterrupt:
+            self._say("cancelled", "dim")
+        except LoadFailed:
+            raise
+        except Exception as e:  # one broken command must not end the session people live in
+            log.error("command failed", exc_info=e)
+            self._say(f"internal error: {type(e).__name__}: {e}", "red")
+
+    def _turn(self, text: str) -> None:
+        session = self.session
+        task, attached = expand_mentions(text, session.config.root)
+        if attached:
+            self._say(f"attached {', '.join(attached)}", "dim")
+        renderer = self.renderer
+        cancel = threading.Event()
+        self.approvals.cancelled.clear()
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                box["result"] = session.run_turn(task, renderer.on_event, cancel)
+            except BaseException as e:
+                box["error"] = e
+
+        thread = threading.Thread(target=work, name="fugu-turn", daemon=True)
+        thread.start()
+        self._wait(thread, cancel)
+        renderer.pause()
+        self._turns += 1
+        self._after_turn(box)
+
+    def _wait(self, thread: threading.Thread, cancel: threading.Event) -> None:
+        """Serve approval questions until the turn ends; Ctrl-C cancels the step (the session stays)."""
+        question: approve.Question | None = None
+        while thread.is_alive():
+            try:
+                question = self.approvals.pending(0.05)
+                if question is not None:
+                    question.reply(self._ask(question.request))
+                    question = None
+            except KeyboardInterrupt:
+                if question is not None:
+                    question.reply("no")
+                    question = None
+                if not cancel.is_set():
+                    cancel.set()
+                    self.approvals.cancelled.set()
+                    self._pause()
+                    self._say("⏹ interrupting the step…", "yellow")
+        thread.join()
+
+    def _after_turn(self, box: dict[str, Any]) -> None:
+        error = box.get("error")
+        if isinstance(error, FuguError):
+            self._say(f"{error}", "red")
+        elif error is not None:
+            log.error("turn failed", exc_info=error)
+            lines = traceback.format_exception_only(type(error), error)
+            self._say(f"internal error: {''.join(lines).strip()}", "red")
+        result: TurnResult | None = box.get("result")
+        if result is not None and result.status == "interrupted":
+            self._say("interrupted; the session is intact (the cut step is in /trace)", "dim")
+
+    def _ask(self, request: ApprovalRequest) -> Answer:
+        from fugu_cli.ui.render import approval_text
+
+        def show(req: ApprovalRequest, full: bool) -> None:
+            self.console.print(approval_text(req, full), overflow="fold", end="")
+
+        answer = approve.ask(request, approve.read_key, show)
+        if request.kind == "edit":
+            self.renderer.shown(request.detail)
+        verdict = {"yes": "allowed once", "no": "denied", "always": f"always allowed: {request.prefix}"}
+        self._say(f"  {verdict[answer]}", "dim")
+        return answer
+
+    # --- pieces -------------------------------------------------------------------------------------------
+
+    @property
+    def renderer(self) -> Renderer:
+        if self._renderer is None:
+            from fugu_cli.ui.render import Renderer
+
+            self._renderer = Renderer(self.console)
+        return self._renderer
+
+    def _say(self, text: str, style: str = "") -> None:
+        self.console.print(text, style=style, markup=False, highlight=False, overflow="fold")
+
+    def _pause(self) -> None:
+        if self._renderer is not None:
+            self._renderer.pause()
+
+    @property
+    def opts(self) -> RunOptions:
+        """The full options; built on first use (in the loader thread), since app.py is slow to import."""
+        if self._opts is None:
+            self._opts = self.launch.options()
+        return self._opts
+
+    def _build(self, opts: RunOptions) -> Session:
+        from fugu_cli.app import build_session
+
+        return build_session(dataclasses.replace(opts, interactive=True), approver=self.approvals)
+
+    def _interrupt_prompt(self) -> None:
+        """The background build failed while the prompt waits: end the prompt so the REPL can say why."""
+        app = self.prompt.app
+        loop = app.loop
+        if app.is_running and loop is not None:
+
+            def fail() -> None:
+                if app.is_running and not app.is_done:
+                    app.exit(exception=LoadFailed())
+
+            loop.call_soon_threadsafe(fail)
+
+    def _load_error(self) -> int:
+        error = self.loader.error
+        if isinstance(error, FuguError):
+            print(f"fugu: {error}", flush=True)
+            return error.exit_code
+        log.error("could not start the session", exc_info=error)
+        print(f"fugu: could not start the session: {error!r}", flush=True)
+        return 1
+
+    def _message(self) -> str:
+        worker = self._session.config.forced_worker if self._session else self.launch.worker
+        tags = [t for t in (worker, "ultra" if self._session and self._session.ultra else None) if t]
+        return f"fugu [{' '.join(tags)}] › " if tags else "fugu › "
+
+    def _commands(self) -> Sequence[tuple[str, str]]:
+        return [(c.name, c.help) for c in commands.COMMANDS.values()]
+
+    def _arguments(self, command: str) -> Sequence[str]:
+        if self._session is None:
+            return []
+        if command == "worker":
+            return [*self._session.workers, "auto"]
+        if command == "ultra":
+            return ["on", "off"]
+        if command == "resume":
+            return [r.id for r in self._session.deps.store.list_sessions(20)]
+        return []
+
+    def _root(self) -> Path:
+        return self._session.config.root if self._session else self.launch.cwd
+
+    def _show_resumed(self, session: Session) -> None:
+        from fugu_cli.ui.render import transcript_text
+
+        turns = sum(1 for m in session.messages if m.role == "user")
+        self._say(f"resumed session {session.id} · {turns} turn(s)", "dim")
+        steps = session.ledger.steps()
+        last = steps[-1] if steps else None
+        # the last step went to a /worker override: it was sticky, so it is again
+        if (
+            session.config.forced_worker is None
+            and last
+            and last.source == "override"
+            and last.worker in session.workers
+        ):
+            session.set_worker(last.worker)
+            self._say(f"worker: {last.worker} (/worker auto lets the router pick)", "dim")
+        for part in transcript_text(session.messages):
+            self.console.print(part, overflow="fold")
+
+    def _goodbye(self) -> None:
+        if self._session is not None and self._turns:
+            print(f"session {self._session.id} saved · fugu --continue resumes it", flush=True)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What the REPL needs before the session exists; `options` makes the full RunOptions later, off the
+    startup path (importing app.py costs more than drawing the prompt)."""
+
+    options: Callable[[], RunOptions]
+    cwd: Path
+    worker: str | None = None
+    resuming: bool = False
+
+    @classmethod
+    def of(cls, opts: RunOptions) -> Launch:
+        return cls(lambda: opts, opts.cwd, opts.worker, bool(opts.resume or opts.continue_last))
+
+
+def main(launch: Launch | RunOptions) -> int:
+    """Run the REPL until /exit, Ctrl-D or Ctrl-C twice at an empty prompt; return the exit code."""
+    return Repl(launch if isinstance(launch, Launch) else Launch.of(launch)).run()

@@ -1,0 +1,226 @@
+"""Slash commands against a real session (scripted LLM, real git repo, real SQLite), rendered to a string."""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from fugu_cli.app import RunOptions, build_session
+from fugu_cli.llm.scripted import ScriptedLLM
+from fugu_cli.session import Session
+from fugu_cli.ui import commands
+from tests.helpers import BUGGY, FIXED, call, git, make_repo, tool_reply, write_pool
+
+
+class Ctx:
+    """The REPL side of the commands' Context: a string console, the session, the controls it recorded."""
+
+    def __init__(self, session: Session) -> None:
+        self.out = io.StringIO()
+        self.console = Console(file=self.out, width=100, force_terminal=False)
+        self.session = session
+        self.switched: list[str | None] = []
+        self.stopped = False
+
+    def switch_session(self, resume: str | None) -> None:
+        self.switched.append(resume)
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def run(self, line: str) -> str:
+        start = self.out.tell()
+        assert commands.dispatch(self, line)
+        return self.out.getvalue()[start:]
+
+
+EDIT = tool_reply(call("edit_file", path="calc.py", old_text="a - b", new_text="a + b"))
+
+
+def aged_repo(root: Path) -> Path:
+    """make_repo, with its files and index 10 s old.
+
+    fugu_cli/tools/git.py snapshots through a copy of the index that loses the index's mtime, which defeats
+    git's racy-clean check: an edit of the same size in the same second as the last index write, snapshotted
+    a second later, is missed. Reported; until it is fixed these tests keep their edits out of that second.
+    """
+    make_repo(root)
+    old = time.time() - 10
+    for name in ("calc.py", "test_calc.py"):
+        os.utime(root / name, (old, old))
+    git(root, "add", "-A")
+    return root
+
+
+def make(tmp_path: Path, llm: ScriptedLLM, **kw: object) -> Session:
+    repo = tmp_path / "repo"
+    if not repo.exists():
+        aged_repo(repo)
+    pool = write_pool(
+        tmp_path / "pool.toml",
+        [
+            {"name": "alpha", "model": "openai/alpha", "price_in": 1.0, "price_out": 2.0, "priority": 2},
+            {"name": "beta", "model": "openai/beta", "price_in": 0.5, "price_out": 1.0},
+        ],
+    )
+    opts = RunOptions(cwd=repo, pool=str(pool), permission_mode="full-auto", interactive=True, **kw)  # type: ignore[arg-type]
+    return build_session(opts, llm=llm)
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> Ctx:
+    llm = ScriptedLLM({"alpha": [EDIT, "Fixed add."], "beta": ["beta here."]})
+    session = make(tmp_path, llm)
+    session.run_turn("fix the failing test")
+    return Ctx(session)
+
+
+def test_trace_says_who_did_what(ctx: Ctx) -> None:
+    out = ctx.run("/trace")
+    lines = out.splitlines()
+    cost = ctx.session.ledger.steps()[0].usage.cost_usd
+    assert lines[0].startswith("turn 1 step 1 alpha (prior, p=") and lines[0].endswith(f"· ok · ${cost:.4f}")
+    assert "    alpha: edit calc.py" in lines
+    assert lines[2].startswith("turn 1 step 2 alpha (prior")
+
+
+def test_cost_sums_the_ledger_per_worker(ctx: Ctx) -> None:
+    steps = ctx.session.ledger.steps()
+    total = sum(s.usage.cost_usd for s in steps)
+    out = ctx.run("/cost")
+    assert total > 0
+    alpha = next(line for line in out.splitlines() if line.startswith("alpha"))
+    assert alpha.split()[1] == "2"
+    assert f"${total:.4f}" in out.splitlines()[-1] and out.splitlines()[-1].startswith("total")
+
+
+def test_pool_lists_workers_prices_and_the_routers_last_view(ctx: Ctx) -> None:
+    out = ctx.run("/pool")
+    alpha = next(line for line in out.splitlines() if line.startswith("alpha"))
+    p = ctx.session.ledger.steps()[-1].scores["alpha"]
+    assert "openai/alpha" in alpha and "$1/$2" in alpha and f"{p:.2f}" in alpha
+    assert "router: prior" in out
+
+
+def test_diff_then_undo_restores_the_file_then_nothing_to_undo(ctx: Ctx) -> None:
+    root = ctx.session.config.root
+    assert (root / "calc.py").read_text() == FIXED
+    out = ctx.run("/diff")
+    assert "-    return a - b" in out and "+    return a + b" in out
+    (root / "notes.txt").write_text("mine, untracked, made after the turn\n")
+    out = ctx.run("/undo")
+    assert "calc.py" in out
+    assert (root / "calc.py").read_text() == BUGGY
+    assert not (root / "notes.txt").exists()  # exactly the state before the turn's first edit
+    assert git(root, "status", "--porcelain") == ""
+    assert "nothing to undo" in ctx.run("/undo")
+    assert "No uncommitted changes" in ctx.run("/diff")
+
+
+def test_undo_skips_a_later_turn_that_changed_nothing(ctx: Ctx) -> None:
+    llm = ctx.session.deps.agent.llm
+    assert isinstance(llm, ScriptedLLM)
+    llm.add(tool_reply(call("shell", command="python3 test_calc.py")), "It passes.", worker="alpha")
+    assert ctx.session.run_turn("run the test").status == "success"
+    assert len(ctx.session.checkpoints) == 2  # the command might have changed files, so it got one too
+    assert "calc.py" in ctx.run("/undo")
+    assert (ctx.session.config.root / "calc.py").read_text() == BUGGY
+
+
+def test_undo_works_after_resuming(ctx: Ctx, tmp_path: Path) -> None:
+    again = make(tmp_path, ScriptedLLM([]), resume=ctx.session.id)
+    assert "calc.py" in Ctx(again).run("/undo")
+    assert (again.config.root / "calc.py").read_text() == BUGGY
+    third = make(tmp_path, ScriptedLLM([]), resume=ctx.session.id)
+    assert "nothing to undo" in Ctx(third).run("/undo")  # the checkpoint was used up
+
+
+def test_commit_commits_with_the_last_task_as_message(ctx: Ctx) -> None:
+    root = ctx.session.config.root
+    out = ctx.run("/commit")
+    assert "Committed" in out
+    assert git(root, "log", "-1", "--format=%s").strip() == "fix the failing test"
+    assert git(root, "status", "--porcelain") == ""
+    assert "Nothing to commit" in ctx.run("/commit again")
+
+
+def test_worker_is_sticky_until_auto(ctx: Ctx) -> None:
+    assert "every step goes to beta" in ctx.run("/worker beta")
+    assert ctx.session.config.forced_worker == "beta"
+    result = ctx.session.run_turn("say hi")
+    assert list(result.workers) == ["beta"]
+    assert ctx.session.ledger.steps()[-1].source == "override"
+    assert "did you mean beta?" in ctx.run("/worker betta")
+    assert ctx.session.config.forced_worker == "beta"
+    assert "worker: beta" in ctx.run("/worker")
+    ctx.run("/worker auto")
+    assert ctx.session.config.forced_worker is None
+
+
+def test_unknown_commands_suggest_the_nearest(ctx: Ctx) -> None:
+    assert "unknown command /wrker; did you mean /worker?" in ctx.run("/wrker beta")
+    assert "did you mean /undo?" in ctx.run("/udno")
+    assert not commands.dispatch(ctx, "/usr/bin is full, why?")  # a path is a task, not a command
+    assert not commands.dispatch(ctx, "fix it")
+    assert commands.parse("/Worker\tbeta \n") == ("worker", "beta")
+    assert commands.parse("/commit fix add\n\nlonger body") == ("commit", "fix add\n\nlonger body")
+    assert commands.parse("/") is None
+
+
+def test_session_commands_and_help(ctx: Ctx) -> None:
+    out = ctx.run("/sessions")
+    assert f"* {ctx.session.id}" in out and "fix the failing test" in out
+    ctx.run("/clear")
+    ctx.run("/resume 2026")
+    assert "usage: /resume ID" in ctx.run("/resume")
+    assert ctx.switched == [None, "2026"]
+    ctx.run("/exit")
+    assert ctx.stopped
+    help_text = ctx.run("/help")
+    assert all(f"/{name}" in help_text for name in commands.COMMANDS)
+
+
+def test_ultra_on_renders_the_workflow_and_memory_shows_what_it_learned(tmp_path: Path) -> None:
+    from fugu_cli.ui.render import Renderer
+
+    plan = '{"steps": [{"worker": "beta", "subtask": "Run the test.", "access": []}]}'
+    llm = ScriptedLLM(
+        {
+            "alpha": [plan],
+            "beta": [tool_reply(call("shell", command="python3 test_calc.py")), "The test fails."],
+        }
+    )
+    ctx = Ctx(make(tmp_path, llm))
+    assert "ultra mode is off" in ctx.run("/ultra")
+    assert "No memory yet" in ctx.run("/memory")
+    assert "ultra mode is on" in ctx.run("/ultra on")
+    renderer = Renderer(ctx.console)
+    start = ctx.out.tell()
+    result = ctx.session.run_turn("does the test pass?", renderer.on_event)
+    shown = ctx.out.getvalue()[start:]
+    assert result.status == "success"
+    assert "◆ workflow 1 (conductor, 1 step)\n  0. beta: Run the test." in shown
+    assert "▸ step 0 · beta started" in shown
+    assert "  [0] beta ▸ $ python3 test_calc.py  exit 1" in shown
+    assert "✓ step 0 · beta · success" in shown
+    assert "The test fails." in shown  # the workflow's answer, printed once
+    assert shown.count("The test fails.") == 1
+    trace = ctx.run("/trace")
+    assert (
+        "conductor" in trace.split("[wf1.s0]")[0]
+    )  # the conductor's planning step, then the step's own ledger
+    assert "turn 1 step 1 beta" in trace.split("[wf1.s0]")[1] and "beta: $ python3 test_calc.py" in trace
+    cost = ctx.run("/cost").splitlines()
+    rows = {line.split()[0]: line.split() for line in cost[1:]}
+    assert rows["alpha"][1] == "1" and rows["beta"][1] == "2"  # the conductor's plan, the step's two calls
+    assert rows["total"][-1] == f"${result.usage.cost_usd:.4f}"
+    memory = ctx.run("/memory")
+    assert "workflow 1:" in memory and "python3 test_calc.py" in memory and "[beta]" in memory
+    assert "usage: /ultra on|off" in ctx.run("/ultra maybe")
+    ctx.run("/ultra off")
+    assert not ctx.session.ultra
