@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
 
 def main() -> Any:
+    # torch's OpenMP threads spin while idle by default, which slows a router decision several-fold on a
+    # busy 2-core machine; this must be set before torch is first imported.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if sys.argv[1:] == ["--version"]:
         from fugu_cli import __version__
 

@@ -28,6 +28,7 @@ from fugu_cli.events import (
 )
 from fugu_cli.ledger import Ledger
 from fugu_cli.llm import LLM
+from fugu_cli.router.roles import is_accept
 from fugu_cli.tools import ToolContext
 from fugu_cli.types import (
     Message,
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
     from fugu_cli.tools.registry import ToolRegistry
 
 Picker = Callable[[RouteState], RouteDecision]
-ACCEPT = "ACCEPT"
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ class Agent:
             )
             if interrupted:
                 return self._result("interrupted", last_text, tally, "interrupted by the user")
-            accepted = decision.role == "verifier" and ACCEPT in (reply.content or "").split()
+            accepted = decision.role == "verifier" and is_accept(reply.content)
             if not reply.tool_calls or accepted:
                 return self._result("success", reply.content or "", tally, None)
 

@@ -21,6 +21,7 @@ from fugu_cli.llm import LLM
 from fugu_cli.pool import POOL_HINT, configured_pool, key_missing
 from fugu_cli.router import Router
 from fugu_cli.router.prior import PriorRouter
+from fugu_cli.router.roles import role_instructions
 from fugu_cli.session import Session, SessionConfig, SessionDeps
 from fugu_cli.store import Store, new_session_id
 from fugu_cli.tools import Approver, PermissionPolicy, ToolContext
@@ -211,11 +212,11 @@ def build_session(
         emit=ignore,
         session_id=sid,
         stream=opts.stream,
-        role_prompt=_role_prompt(),
+        role_prompt=role_instructions,
     )
     session_config = SessionConfig(
         root=root,
-        limits=Limits(max_steps=config.max_turns, max_budget_usd=config.max_budget_usd),
+        limits=Limits(max_steps=_max_steps(config, opts, router), max_budget_usd=config.max_budget_usd),
         forced_worker=config.worker,
         system_prompt=system_prompt(root),
         permission_mode=mode,
@@ -272,12 +273,13 @@ def _resume(store: Store, opts: RunOptions, root: Path) -> tuple[str | None, lis
     return row.id, saved, messages
 
 
-def _role_prompt() -> Any:
-    try:
-        from fugu_cli.router.roles import role_instructions
-    except ImportError:
-        return None
-    return role_instructions
+def _max_steps(config: Config, opts: RunOptions, router: Router) -> int:
+    """The role variant works in short turns (ROLE_MAX_STEPS) unless the user asked for another limit."""
+    from fugu_cli.router.roles import ROLE_MAX_STEPS
+
+    if getattr(router, "has_roles", False) and opts.max_turns is None:
+        return min(config.max_turns, ROLE_MAX_STEPS)
+    return config.max_turns
 
 
 def env_flag(name: str) -> bool:

@@ -79,6 +79,11 @@ class LearnedRouter:
         router._cache_descriptions(known or ["warm up"])
         return router
 
+    @property
+    def has_roles(self) -> bool:
+        """Whether this checkpoint chooses a role (Thinker, Worker, Verifier) with each worker."""
+        return self.head.roles is not None
+
     def logits(self, state: RouteState, pool: Sequence[Worker]) -> torch.Tensor:
         """[W] raw head logits for `pool` (no mask, no cost)."""
         return self._logits(self.encoder.encode(state.messages), pool)

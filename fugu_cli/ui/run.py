@@ -375,11 +375,8 @@ def sessions_show(session_id: str) -> int:
 
 
 def router_info(checkpoint: Path) -> int:
-    try:
-        from fugu_cli.router.learned import info_text
-    except ImportError:
-        err("learned routers are not available in this build")
-        return 2
+    from fugu_cli.router.checkpoint import info_text
+
     if not checkpoint.exists():
         err(f"{checkpoint} does not exist")
         return 2
