@@ -6,6 +6,8 @@ _fugu() {
         case "$sub|${COMP_WORDS[i]}" in
             "|pool") sub="pool" ;;
             "|demo") sub="demo" ;;
+            "|eval") sub="eval" ;;
+            "|serve") sub="serve" ;;
             "|sessions") sub="sessions" ;;
             "|router") sub="router" ;;
             "sessions|show") sub="sessions show" ;;
@@ -25,13 +27,28 @@ _fugu() {
         "|--plan") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "pool|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "demo|--router") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "eval|--worker") return ;;
+        "eval|--mode") return ;;
+        "eval|--repeats") return ;;
+        "eval|--parallel") return ;;
+        "eval|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "eval|--router") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "eval|--max-turns") return ;;
+        "eval|--max-budget-usd") return ;;
+        "serve|--host") return ;;
+        "serve|--port") return ;;
+        "serve|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "serve|--permission-mode") COMPREPLY=($(compgen -W "ask auto-edit full-auto read-only" -- "$cur")); return ;;
+        "serve|--api-key") return ;;
         "sessions|--limit"|"sessions|-n") return ;;
     esac
     local opts="" subs=""
     case "$sub" in
-        "") opts="-p --print --output-format --max-turns --max-budget-usd --worker --pool --permission-mode --yes -y --continue -c --resume -r --router --cost-weight --ultra --plan --verbose --version --help" subs="pool demo sessions router" ;;
+        "") opts="-p --print --output-format --max-turns --max-budget-usd --worker --pool --permission-mode --yes -y --continue -c --resume -r --router --cost-weight --ultra --plan --verbose --version --help" subs="pool demo eval serve sessions router" ;;
         "pool") opts="--pool --json --help" subs="" ;;
         "demo") opts="--router --keep --help" subs="" ;;
+        "eval") opts="--worker --mode --repeats --parallel --pool --router --max-turns --max-budget-usd --json --keep --help" subs="" ;;
+        "serve") opts="--host --port --pool --permission-mode --api-key --help" subs="" ;;
         "sessions") opts="--limit -n --help" subs="show" ;;
         "sessions show") opts="--help" subs="" ;;
         "router") opts="--help" subs="info" ;;

@@ -8,6 +8,8 @@ _fugu() {
         case "$sub|${words[i]}" in
             '|pool') sub='pool' ;;
             '|demo') sub='demo' ;;
+            '|eval') sub='eval' ;;
+            '|serve') sub='serve' ;;
             '|sessions') sub='sessions' ;;
             '|router') sub='router' ;;
             'sessions|show') sub='sessions show' ;;
@@ -27,16 +29,33 @@ _fugu() {
         '|--plan') _files; return ;;
         'pool|--pool') _files; return ;;
         'demo|--router') _files; return ;;
+        'eval|--worker') return ;;
+        'eval|--mode') return ;;
+        'eval|--repeats') return ;;
+        'eval|--parallel') return ;;
+        'eval|--pool') _files; return ;;
+        'eval|--router') _files; return ;;
+        'eval|--max-turns') return ;;
+        'eval|--max-budget-usd') return ;;
+        'serve|--host') return ;;
+        'serve|--port') return ;;
+        'serve|--pool') _files; return ;;
+        'serve|--permission-mode') compadd -- ask auto-edit full-auto read-only; return ;;
+        'serve|--api-key') return ;;
         'sessions|--limit'|'sessions|-n') return ;;
     esac
     local -a items
     case "$sub" in
         '')
-            if [[ "$cur" == -* ]]; then items=('-p:Run the task non-interactively and exit.' '--print:Run the task non-interactively and exit.' '--output-format:text, json (one object) or stream-json (a line per event).' '--max-turns:Most steps per task.' '--max-budget-usd:Stop when the task has cost this much.' '--worker:Force this worker for every step.' '--pool:A TOML file of [[workers]].' '--permission-mode:ask, auto-edit, full-auto or read-only.' '--yes:Allow edits and commands (same as full-auto).' '-y:Allow edits and commands (same as full-auto).' '--continue:Continue the last session here.' '-c:Continue the last session here.' '--resume:Resume the session with this id.' '-r:Resume the session with this id.' '--router:A router checkpoint directory, '\''default'\'' or '\''prior'\''.' '--cost-weight:λ: how much the router trades quality for cost.' '--ultra:Let a conductor plan a multi-worker workflow.' '--plan:Run this workflow file (ultra mode).' '--verbose:Show route decisions and tool calls on stderr.' '--version:Print the version and exit.' '--help:Show this message and exit.'); else items=('pool:List the workers: usable or not (and why), model, price.' 'demo:Replay a recorded multi-worker session offline: see fugu work without a key.' 'sessions:List and inspect past sessions.' 'router:Inspect, train and judge routers.'); fi ;;
+            if [[ "$cur" == -* ]]; then items=('-p:Run the task non-interactively and exit.' '--print:Run the task non-interactively and exit.' '--output-format:text, json (one object) or stream-json (a line per event).' '--max-turns:Most steps per task.' '--max-budget-usd:Stop when the task has cost this much.' '--worker:Force this worker for every step.' '--pool:A TOML file of [[workers]].' '--permission-mode:ask, auto-edit, full-auto or read-only.' '--yes:Allow edits and commands (same as full-auto).' '-y:Allow edits and commands (same as full-auto).' '--continue:Continue the last session here.' '-c:Continue the last session here.' '--resume:Resume the session with this id.' '-r:Resume the session with this id.' '--router:A router checkpoint directory, '\''default'\'' or '\''prior'\''.' '--cost-weight:λ: how much the router trades quality for cost.' '--ultra:Let a conductor plan a multi-worker workflow.' '--plan:Run this workflow file (ultra mode).' '--verbose:Show route decisions and tool calls on stderr.' '--version:Print the version and exit.' '--help:Show this message and exit.'); else items=('pool:List the workers: usable or not (and why), model, price.' 'demo:Replay a recorded multi-worker session offline: see fugu work without a key.' 'eval:Run a task suite per worker and per mode, score each run by the task'\''s check, and store the rewards that router training learns from. Without --worker/--mode: every usable worker and fugu.' 'serve:Serve an OpenAI-compatible endpoint: models fugu, fugu-ultra and fugu/<worker>.' 'sessions:List and inspect past sessions.' 'router:Inspect, train and judge routers.'); fi ;;
         'pool')
             if [[ "$cur" == -* ]]; then items=('--pool:A TOML file of [[workers]].' '--json:Print JSON.' '--help:Show this message and exit.'); else items=(); fi ;;
         'demo')
             if [[ "$cur" == -* ]]; then items=('--router:A router checkpoint, or '\''prior'\''.' '--keep:Keep the demo repository.' '--help:Show this message and exit.'); else items=(); fi ;;
+        'eval')
+            if [[ "$cur" == -* ]]; then items=('--worker:Evaluate this worker alone (repeatable).' '--mode:fugu (the router picks) or ultra (repeatable).' '--repeats:Runs per task and arm.' '--parallel:Runs at once.' '--pool:A TOML file of [[workers]].' '--router:A router checkpoint for the fugu arm, or '\''prior'\''.' '--max-turns:Most steps per run.' '--max-budget-usd:Stop a run when it has cost this much.' '--json:Print the report as one JSON object.' '--keep:Keep each run'\''s task repo.' '--help:Show this message and exit.'); else items=(); fi ;;
+        'serve')
+            if [[ "$cur" == -* ]]; then items=('--host:Address to listen on (loopback only by default).' '--port:Port (0: any free one).' '--pool:A TOML file of [[workers]].' '--permission-mode:What tools may do: read-only (default), ask (refuses writes: no terminal), auto-edit, full-auto.' '--api-key:Require this bearer token.' '--help:Show this message and exit.'); else items=(); fi ;;
         'sessions')
             if [[ "$cur" == -* ]]; then items=('--limit:' '-n:' '--help:Show this message and exit.'); else items=('show:Print each step of a session: worker, why it was chosen, tools called, cost.'); fi ;;
         'sessions show')

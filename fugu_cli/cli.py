@@ -14,7 +14,7 @@ import typer
 
 from fugu_cli import __version__
 
-SUBCOMMANDS = ("pool", "sessions", "router", "demo", "help")
+SUBCOMMANDS = ("pool", "sessions", "router", "demo", "eval", "serve", "help")
 
 app = typer.Typer(
     name="fugu",
@@ -140,6 +140,78 @@ def demo_cmd(
     raise typer.Exit(demo.main(router, keep))
 
 
+@app.command("eval")
+def eval_cmd(
+    suite: Annotated[
+        str, typer.Argument(help="A suite folder (holding suite.toml) or a shipped suite's name, e.g. pyfix.")
+    ],
+    worker: Annotated[
+        list[str] | None, typer.Option("--worker", help="Evaluate this worker alone (repeatable).")
+    ] = None,
+    mode: Annotated[
+        list[str] | None, typer.Option("--mode", help="fugu (the router picks) or ultra (repeatable).")
+    ] = None,
+    repeats: Annotated[int, typer.Option("--repeats", min=1, help="Runs per task and arm.")] = 1,
+    parallel: Annotated[int, typer.Option("--parallel", min=1, help="Runs at once.")] = 2,
+    pool: Annotated[str | None, typer.Option("--pool", help="A TOML file of [[workers]].")] = None,
+    router: Annotated[
+        str | None, typer.Option("--router", help="A router checkpoint for the fugu arm, or 'prior'.")
+    ] = None,
+    max_turns: Annotated[int | None, typer.Option("--max-turns", min=1, help="Most steps per run.")] = None,
+    max_budget_usd: Annotated[
+        float | None, typer.Option("--max-budget-usd", min=0.0, help="Stop a run when it has cost this much.")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
+    keep: Annotated[bool, typer.Option("--keep", help="Keep each run's task repo.")] = False,
+) -> None:
+    """Run a task suite per worker and per mode, score each run by the task's check, and store the rewards
+    that router training learns from. Without --worker/--mode: every usable worker and fugu."""
+    from fugu_cli.eval import EvalOptions
+    from fugu_cli.eval import main as eval_main
+
+    options = EvalOptions(
+        suite=suite,
+        workers=worker or [],
+        modes=mode or [],
+        repeats=repeats,
+        parallel=parallel,
+        pool=pool,
+        router=router,
+        max_turns=max_turns,
+        max_budget_usd=max_budget_usd,
+        json_out=json_out,
+        keep=keep,
+    )
+    raise typer.Exit(eval_main(options))
+
+
+@app.command("serve")
+def serve_cmd(
+    host: Annotated[
+        str, typer.Option("--host", help="Address to listen on (loopback only by default).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port (0: any free one).")] = 8787,
+    pool: Annotated[str | None, typer.Option("--pool", help="A TOML file of [[workers]].")] = None,
+    permission_mode: Annotated[
+        PermissionMode,
+        typer.Option(
+            "--permission-mode",
+            help="What tools may do: read-only (default), auto-edit, full-auto; ask refuses (no terminal).",
+        ),
+    ] = PermissionMode.read_only,
+    api_key: Annotated[
+        str | None, typer.Option("--api-key", envvar="FUGU_SERVE_KEY", help="Require this bearer token.")
+    ] = None,
+) -> None:
+    """Serve an OpenAI-compatible endpoint: models fugu, fugu-ultra and fugu/<worker>."""
+    from fugu_cli import serve
+
+    options = serve.ServeOptions(
+        host=host, port=port, pool=pool, permission_mode=permission_mode.value, api_key=api_key
+    )
+    raise typer.Exit(serve.main(options))
+
+
 @sessions_app.callback(invoke_without_command=True)
 def sessions_list(
     ctx: typer.Context,
@@ -184,6 +256,7 @@ def main(argv: list[str] | None = None) -> Any:
     root = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False, add_completion=False)
     root.command(
         help=(run.__doc__ or "")
-        + "\n\nCommands: fugu pool | fugu sessions [show ID] | fugu router info|train|eval | fugu demo"
+        + "\n\nCommands: fugu pool | fugu sessions [show ID] | fugu router info|train|eval | fugu eval SUITE"
+        " | fugu serve | fugu demo"
     )(run)
     return root(args=args, prog_name="fugu")

@@ -51,7 +51,7 @@ def complete(*words: str) -> list[str]:
 @pytest.mark.parametrize(
     ("words", "expected"),
     [
-        (("",), ["pool", "demo", "sessions", "router"]),
+        (("",), ["pool", "demo", "eval", "serve", "sessions", "router"]),
         (("--perm",), ["--permission-mode"]),
         (("--permission-mode", ""), ["ask", "auto-edit", "full-auto", "read-only"]),
         (("--output-format", "s"), ["stream-json"]),

@@ -1,0 +1,98 @@
+"""`fugu eval SUITE`: run a task suite per worker and per mode, score each run by the task's check, and store
+the rewards (table `outcomes`) that routers train on.
+
+`main(EvalOptions)` is what the CLI calls; it prints the report (stdout) and progress (stderr). Never imports
+ui or cli.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fugu_cli.errors import FuguError
+from fugu_cli.eval.report import RunRecord, SuiteReport, format_text
+from fugu_cli.eval.runner import MODES, Arm, plan_arms, run_suite
+from fugu_cli.eval.suite import Suite, Task, load_suite, resolve_suite, shipped_suites
+
+__all__ = [
+    "MODES",
+    "Arm",
+    "EvalOptions",
+    "RunRecord",
+    "Suite",
+    "SuiteReport",
+    "Task",
+    "load_suite",
+    "main",
+    "plan_arms",
+    "resolve_suite",
+    "run_suite",
+    "shipped_suites",
+]
+
+
+@dataclass
+class EvalOptions:
+    """`fugu eval` flags. Empty `workers` and `modes`: every usable worker plus fugu mode."""
+
+    suite: str
+    workers: list[str] = field(default_factory=list)
+    modes: list[str] = field(default_factory=list)
+    repeats: int = 1
+    parallel: int = 2
+    pool: str | None = None
+    router: str | None = None
+    max_turns: int | None = None
+    max_budget_usd: float | None = None
+    json_out: bool = False
+    keep: bool = False
+    cwd: Path = field(default_factory=Path.cwd)
+
+
+def main(options: EvalOptions) -> int:
+    """Run the suite; print the report. 0 when it ran (whatever the rewards), 2 for a usage error, 1 when
+    every run crashed before its check."""
+    from fugu_cli.app import RunOptions
+
+    def progress(r: RunRecord) -> None:
+        mark = "✓" if r.reward >= 1.0 else ("!" if not r.stored else "✗")
+        why = f" ({r.error})" if r.error and not r.stored else ""
+        print(
+            f"{mark} {r.task} / {r.arm} #{r.repeat + 1}: reward {r.reward:g}, ${r.cost_usd:.4f},"
+            f" {r.duration_s:.1f} s{why}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    try:
+        suite = load_suite(options.suite)
+        opts = RunOptions(
+            cwd=options.cwd,
+            pool=options.pool,
+            router=options.router,
+            max_turns=options.max_turns,
+            max_budget_usd=options.max_budget_usd,
+        )
+        report = run_suite(
+            suite,
+            opts,
+            workers=options.workers or (None if not options.modes else []),
+            modes=options.modes,
+            repeats=options.repeats,
+            parallel=options.parallel,
+            keep=options.keep,
+            on_result=progress,
+        )
+    except FuguError as e:
+        print(f"fugu: {e}", file=sys.stderr)
+        return e.exit_code
+    if options.json_out:
+        print(json.dumps(report.to_json(), ensure_ascii=False))
+    else:
+        print(format_text(report))
+        if options.keep:
+            print(f"task repos kept in {report.workdir}")
+    return 1 if report.records and not any(r.stored for r in report.records) else 0
