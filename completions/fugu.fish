@@ -72,7 +72,7 @@ complete -c fugu -n '__fugu_at \'eval\'' -l help -d 'Show this message and exit.
 complete -c fugu -n '__fugu_at \'serve\'' -l host -x -d 'Address to listen on (loopback only by default).'
 complete -c fugu -n '__fugu_at \'serve\'' -l port -x -d 'Port (0: any free one).'
 complete -c fugu -n '__fugu_at \'serve\'' -l pool -r -F -d 'A TOML file of [[workers]].'
-complete -c fugu -n '__fugu_at \'serve\'' -l permission-mode -x -a 'ask auto-edit full-auto read-only' -d 'What tools may do: read-only (default), ask (refuses writes: no terminal), auto-edit, full-auto.'
+complete -c fugu -n '__fugu_at \'serve\'' -l permission-mode -x -a 'ask auto-edit full-auto read-only' -d 'What tools may do: read-only (default), auto-edit, full-auto; ask refuses (no terminal).'
 complete -c fugu -n '__fugu_at \'serve\'' -l api-key -x -d 'Require this bearer token.'
 complete -c fugu -n '__fugu_at \'serve\'' -l help -d 'Show this message and exit.'
 complete -c fugu -n '__fugu_at \'sessions\'' -a show -d 'Print each step of a session: worker, why it was chosen, tools called, cost.'

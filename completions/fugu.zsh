@@ -55,7 +55,7 @@ _fugu() {
         'eval')
             if [[ "$cur" == -* ]]; then items=('--worker:Evaluate this worker alone (repeatable).' '--mode:fugu (the router picks) or ultra (repeatable).' '--repeats:Runs per task and arm.' '--parallel:Runs at once.' '--pool:A TOML file of [[workers]].' '--router:A router checkpoint for the fugu arm, or '\''prior'\''.' '--max-turns:Most steps per run.' '--max-budget-usd:Stop a run when it has cost this much.' '--json:Print the report as one JSON object.' '--keep:Keep each run'\''s task repo.' '--help:Show this message and exit.'); else items=(); fi ;;
         'serve')
-            if [[ "$cur" == -* ]]; then items=('--host:Address to listen on (loopback only by default).' '--port:Port (0: any free one).' '--pool:A TOML file of [[workers]].' '--permission-mode:What tools may do: read-only (default), ask (refuses writes: no terminal), auto-edit, full-auto.' '--api-key:Require this bearer token.' '--help:Show this message and exit.'); else items=(); fi ;;
+            if [[ "$cur" == -* ]]; then items=('--host:Address to listen on (loopback only by default).' '--port:Port (0: any free one).' '--pool:A TOML file of [[workers]].' '--permission-mode:What tools may do: read-only (default), auto-edit, full-auto; ask refuses (no terminal).' '--api-key:Require this bearer token.' '--help:Show this message and exit.'); else items=(); fi ;;
         'sessions')
             if [[ "$cur" == -* ]]; then items=('--limit:' '-n:' '--help:Show this message and exit.'); else items=('show:Print each step of a session: worker, why it was chosen, tools called, cost.'); fi ;;
         'sessions show')
