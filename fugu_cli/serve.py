@@ -287,9 +287,7 @@ class FuguServer:
 
 
 def _seed(session: Session, context: Sequence[Message]) -> None:
-    # Session has no public way to add history; _append keeps the store's sequence numbers in step.
-    for message in context:
-        session._append(message)
+    session.add_context(context)
 
 
 @dataclass

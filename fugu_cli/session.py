@@ -180,6 +180,11 @@ class Session:
             return dataclasses.replace(decision, source="fallback", reason=f"{failed} failed")
         return decision
 
+    def add_context(self, messages: Sequence[Message]) -> None:
+        """Add earlier conversation (an API client's history) to the transcript, persisted like a turn."""
+        for message in messages:
+            self._append(message)
+
     def _append(self, message: Message) -> None:
         self.messages.append(message)
         self._persist(message)
