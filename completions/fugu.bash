@@ -12,6 +12,8 @@ _fugu() {
             "|router") sub="router" ;;
             "sessions|show") sub="sessions show" ;;
             "router|info") sub="router info" ;;
+            "router|train") sub="router train" ;;
+            "router|eval") sub="router eval" ;;
         esac
     done
     case "$sub|$prev" in
@@ -41,6 +43,22 @@ _fugu() {
         "serve|--permission-mode") COMPREPLY=($(compgen -W "ask auto-edit full-auto read-only" -- "$cur")); return ;;
         "serve|--api-key") return ;;
         "sessions|--limit"|"sessions|-n") return ;;
+        "router train|--data") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "router train|--out") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "router train|--stage") return ;;
+        "router train|--split") return ;;
+        "router train|--tau") return ;;
+        "router train|--svf") return ;;
+        "router train|--generations") return ;;
+        "router train|--lambda") return ;;
+        "router train|--seed") return ;;
+        "router train|--threads") return ;;
+        "router eval|--data") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "router eval|--router") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "router eval|--split") return ;;
+        "router eval|--k") return ;;
+        "router eval|--plot") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "router eval|--threads") return ;;
     esac
     local opts="" subs=""
     case "$sub" in
@@ -51,8 +69,10 @@ _fugu() {
         "serve") opts="--host --port --pool --permission-mode --api-key --help" subs="" ;;
         "sessions") opts="--limit -n --help" subs="show" ;;
         "sessions show") opts="--help" subs="" ;;
-        "router") opts="--help" subs="info" ;;
+        "router") opts="--help" subs="info train eval" ;;
         "router info") opts="--help" subs="" ;;
+        "router train") opts="--data --out --stage --split --tau --svf --generations --lambda --seed --threads --store --help" subs="" ;;
+        "router eval") opts="--data --router --split --k --json --plot --threads --store --help" subs="" ;;
     esac
     if [[ "$cur" == -* ]]; then
         COMPREPLY=($(compgen -W "$opts" -- "$cur"))

@@ -14,6 +14,8 @@ _fugu() {
             '|router') sub='router' ;;
             'sessions|show') sub='sessions show' ;;
             'router|info') sub='router info' ;;
+            'router|train') sub='router train' ;;
+            'router|eval') sub='router eval' ;;
         esac
     done
     case "$sub|$prev" in
@@ -43,6 +45,22 @@ _fugu() {
         'serve|--permission-mode') compadd -- ask auto-edit full-auto read-only; return ;;
         'serve|--api-key') return ;;
         'sessions|--limit'|'sessions|-n') return ;;
+        'router train|--data') _files; return ;;
+        'router train|--out') _files; return ;;
+        'router train|--stage') return ;;
+        'router train|--split') return ;;
+        'router train|--tau') return ;;
+        'router train|--svf') return ;;
+        'router train|--generations') return ;;
+        'router train|--lambda') return ;;
+        'router train|--seed') return ;;
+        'router train|--threads') return ;;
+        'router eval|--data') _files; return ;;
+        'router eval|--router') _files; return ;;
+        'router eval|--split') return ;;
+        'router eval|--k') return ;;
+        'router eval|--plot') _files; return ;;
+        'router eval|--threads') return ;;
     esac
     local -a items
     case "$sub" in
@@ -61,9 +79,13 @@ _fugu() {
         'sessions show')
             if [[ "$cur" == -* ]]; then items=('--help:Show this message and exit.'); else items=(); fi ;;
         'router')
-            if [[ "$cur" == -* ]]; then items=('--help:Show this message and exit.'); else items=('info:Print what a router checkpoint holds: backbone, workers, training data and metrics.'); fi ;;
+            if [[ "$cur" == -* ]]; then items=('--help:Show this message and exit.'); else items=('info:Print what a router checkpoint holds: backbone, workers, training data and metrics.' 'train:Train a router from measured outcomes: soft-label KL with SVF, then sep-CMA-ES.' 'eval:Judge a router on held-out data against best single, random, oracle, kNN and logistic regression.'); fi ;;
         'router info')
             if [[ "$cur" == -* ]]; then items=('--help:Show this message and exit.'); else items=(); fi ;;
+        'router train')
+            if [[ "$cur" == -* ]]; then items=('--data:A data set folder (dataset.toml), or a fugu store.' '--out:The checkpoint directory to write.' '--stage:sft, es or both.' '--split:given[:LABEL] | kfold:K:SEED:FOLD | tasks:A,B | all (default: given, or kfold:5:0:0).' '--tau:Temperature of the soft targets.' '--svf:SVF targets, e.g. last:1; empty: head only.' '--generations:sep-CMA-ES generations.' '--lambda:Fitness = reward − λ × cost.' '--seed:' '--threads:' '--store:--data is a fugu store (fugu eval'\''s outcomes).' '--help:Show this message and exit.'); else items=(); fi ;;
+        'router eval')
+            if [[ "$cur" == -* ]]; then items=('--data:A data set folder (dataset.toml), or a fugu store.' '--router:The checkpoint to judge.' '--split:Default: the split the checkpoint was trained with.' '--k:Neighbours of the kNN baseline.' '--json:Print the figures as one JSON object.' '--plot:Write the cost–quality curve to a PNG.' '--threads:' '--store:--data is a fugu store.' '--help:Show this message and exit.'); else items=(); fi ;;
     esac
     if [[ "$cur" == -* ]]; then
         _describe -t options 'fugu option' items

@@ -9,6 +9,7 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -123,10 +124,30 @@ def usable_pool(config: Config, cwd: Path, saved: Sequence[Worker] = ()) -> list
     return usable
 
 
+def default_checkpoint() -> Path:
+    """The router shipped in the package (trained on swebench_verified_dev)."""
+    return Path(str(resources.files("fugu_cli").joinpath("data", "router_default")))
+
+
+def known_workers(checkpoint: Path, pool: Sequence[Worker]) -> list[str]:
+    """Pool workers the checkpoint was trained on (same name or same litellm model); reads JSON only."""
+    meta = json.loads((checkpoint / "router.json").read_text())
+    names = {w["name"] for w in meta["workers"]}
+    models = {w["model"] for w in meta["workers"] if w.get("model")}
+    return [w.name for w in pool if w.name in names or w.model in models]
+
+
 def build_router(config: Config, pool: Sequence[Worker]) -> Router:
+    """The configured router. With none configured (or "default"): the shipped checkpoint when at least two
+    of its workers are in the pool, else the prior."""
     spec = config.router
-    if not spec or spec == "prior":
+    if spec == "prior":
         return PriorRouter()
+    if not spec or spec == "default":
+        shipped = default_checkpoint()
+        if not (shipped / "router.json").is_file() or len(known_workers(shipped, pool)) < 2:
+            return PriorRouter()
+        spec = str(shipped)
     from fugu_cli.router.learned import LearnedRouter
 
     path = Path(spec).expanduser()

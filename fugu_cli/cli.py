@@ -242,6 +242,59 @@ def router_info(checkpoint: Annotated[Path, typer.Argument(help="A router checkp
     raise typer.Exit(runner.router_info(checkpoint))
 
 
+@router_app.command("train")
+def router_train(
+    data: Annotated[Path, typer.Option("--data", help="A data set folder (dataset.toml), or a fugu store.")],
+    out: Annotated[Path, typer.Option("--out", help="The checkpoint directory to write.")],
+    stage: Annotated[str, typer.Option("--stage", help="sft, es or both.")] = "both",
+    split: Annotated[
+        str | None,
+        typer.Option(
+            "--split",
+            help="given[:LABEL] | kfold:K:SEED:FOLD | tasks:A,B | all (default: given, or kfold:5:0:0).",
+        ),
+    ] = None,
+    tau: Annotated[float, typer.Option("--tau", min=0.001, help="Temperature of the soft targets.")] = 0.1,
+    svf: Annotated[str, typer.Option("--svf", help="SVF targets, e.g. last:1; empty: head only.")] = "last:1",
+    generations: Annotated[int, typer.Option("--generations", min=1, help="sep-CMA-ES generations.")] = 30,
+    lam: Annotated[float, typer.Option("--lambda", min=0.0, help="Fitness = reward − λ × cost.")] = 0.0,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    threads: Annotated[int | None, typer.Option("--threads", min=1)] = None,
+    store: Annotated[
+        bool, typer.Option("--store", help="--data is a fugu store (fugu eval's outcomes).")
+    ] = False,
+) -> None:
+    """Train a router from measured outcomes: soft-label KL with SVF, then sep-CMA-ES."""
+    from fugu_cli.ui import run as runner
+
+    raise typer.Exit(
+        runner.router_train(
+            runner.TrainRequest(data, out, stage, split, tau, svf, generations, lam, seed, threads, store)
+        )
+    )
+
+
+@router_app.command("eval")
+def router_eval(
+    data: Annotated[Path, typer.Option("--data", help="A data set folder (dataset.toml), or a fugu store.")],
+    router: Annotated[Path, typer.Option("--router", help="The checkpoint to judge.")],
+    split: Annotated[
+        str | None, typer.Option("--split", help="Default: the split the checkpoint was trained with.")
+    ] = None,
+    k: Annotated[int, typer.Option("--k", min=1, help="Neighbours of the kNN baseline.")] = 10,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the figures as one JSON object.")] = False,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Write the cost–quality curve to a PNG.")
+    ] = None,
+    threads: Annotated[int | None, typer.Option("--threads", min=1)] = None,
+    store: Annotated[bool, typer.Option("--store", help="--data is a fugu store.")] = False,
+) -> None:
+    """Judge a router on held-out data against best single, random, oracle, kNN and logistic regression."""
+    from fugu_cli.ui import run as runner
+
+    raise typer.Exit(runner.router_eval(data, router, split, k, json_out, plot, threads, store))
+
+
 def main(argv: list[str] | None = None) -> Any:
     """Entry point: `fugu TASK` and `fugu -p` go to `run`, known subcommands to the typer app."""
     args = sys.argv[1:] if argv is None else argv

@@ -149,13 +149,13 @@ def test_two_workers_rewards_outcomes_and_reward_matrix(tmp_path: Path) -> None:
     assert {r["worker"] for r in routed} == {"good"}
 
     matrix = load_store_outcomes(store.path)
-    assert matrix.workers == ("bad", "fugu", "good")
+    assert matrix.workers == ("bad", "good")  # the fugu arm is a mode, not a worker a router can pick
     assert matrix.texts is not None and set(matrix.texts) == {ADD_PROMPT, SEQ_PROMPT}
     row = {
         text: dict(zip(matrix.workers, matrix.reward[i], strict=True)) for i, text in enumerate(matrix.texts)
     }
-    assert row[ADD_PROMPT] == {"bad": 0.0, "fugu": 1.0, "good": 1.0}
-    assert row[SEQ_PROMPT] == {"bad": 1.0, "fugu": 0.0, "good": 0.0}
+    assert row[ADD_PROMPT] == {"bad": 0.0, "good": 1.0}
+    assert row[SEQ_PROMPT] == {"bad": 1.0, "good": 0.0}
     assert matrix.cost is not None
     costs = {(r["task"], r["worker"]): r["cost_usd"] for r in rows}
     for i, text in enumerate(matrix.texts):

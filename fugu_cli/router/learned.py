@@ -45,6 +45,7 @@ class LearnedRouter:
         self.name = "learned"
         self.encoder = TranscriptEncoder(backbone, max_tokens=meta.max_tokens, step_tokens=meta.step_tokens)
         self._known = {w.name: i for i, w in enumerate(meta.workers)}
+        self._known_models = {w.model: i for i, w in enumerate(meta.workers) if w.model}
         self._desc_cache: dict[str, torch.Tensor] = {}
 
     @classmethod
@@ -90,7 +91,7 @@ class LearnedRouter:
 
     def _logits(self, h: torch.Tensor, pool: Sequence[Worker]) -> torch.Tensor:  # [H] -> [W]
         desc = self._descriptions(pool)  # [W, D]
-        known = torch.tensor([self._known.get(w.name, -1) for w in pool], dtype=torch.long)
+        known = torch.tensor([self._index(w) for w in pool], dtype=torch.long)
         with torch.inference_mode():
             out: torch.Tensor = self.head(h[None], desc, known=known)[0]
         return out
@@ -125,6 +126,13 @@ class LearnedRouter:
             + (f", λ={self.cost_weight:g}" if self.cost_weight else ""),
         )
 
+    def _index(self, worker: Worker) -> int:
+        """The checkpoint's worker this pool worker is: same name, else same litellm model; -1 if new."""
+        index = self._known.get(worker.name)
+        if index is None:
+            index = self._known_models.get(worker.model, -1)
+        return index
+
     def _descriptions(self, pool: Sequence[Worker]) -> torch.Tensor:
         texts = [self._description(w) for w in pool]
         self._cache_descriptions(texts)
@@ -138,8 +146,8 @@ class LearnedRouter:
 
     def _description(self, worker: Worker) -> str:
         """Known workers keep the description they were trained with; new ones bring their own."""
-        index = self._known.get(worker.name)
-        trained = self.meta.workers[index].description if index is not None else ""
+        index = self._index(worker)
+        trained = self.meta.workers[index].description if index >= 0 else ""
         return description_text(worker.name, trained or worker.description, worker.model)
 
 

@@ -374,6 +374,91 @@ def sessions_show(session_id: str) -> int:
     return 0
 
 
+@dataclass(frozen=True)
+class TrainRequest:
+    data: Path
+    out: Path
+    stage: str
+    split: str | None
+    tau: float
+    svf: str
+    generations: int
+    lam: float
+    seed: int
+    threads: int | None
+    store: bool
+
+
+def router_train(req: TrainRequest) -> int:
+    from fugu_cli.router.es import ESConfig, GenerationStats
+    from fugu_cli.router.train import TrainConfig, TrainOptions, train_command
+
+    if req.stage not in ("sft", "es", "both"):
+        err(f"--stage {req.stage}: choose sft, es or both")
+        return 2
+    config = TrainConfig(
+        tau=req.tau, svf_targets=tuple(t for t in req.svf.split(",") if t), seed=req.seed, threads=req.threads
+    )
+    opts = TrainOptions(
+        req.data,
+        req.out,
+        stage=req.stage,  # type: ignore[arg-type]
+        split=req.split,
+        config=config,
+        es=ESConfig(generations=req.generations, seed=req.seed),
+        lam=req.lam,
+        store=req.store,
+    )
+    tty = sys.stderr.isatty()
+
+    def on_generation(g: GenerationStats) -> None:
+        done = g.generation + 1
+        bar = "█" * (20 * done // req.generations)
+        line = (
+            f"es [{bar:<20}] generation {done}/{req.generations} · best {g.best:.4f} · "
+            f"mean {g.mean:.4f} · incumbent {g.incumbent:.4f} · σ {g.sigma:.4f}"
+        )
+        print(("\r" + line) if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
+
+    try:
+        result = train_command(
+            opts, on_log=lambda m: print(m, file=sys.stderr, flush=True), on_generation=on_generation
+        )
+    except FuguError as e:
+        err(str(e))
+        return e.exit_code
+    if tty and result.history:
+        print(file=sys.stderr)
+    print(f"router checkpoint written to {result.checkpoint} (fugu router info {result.checkpoint})")
+    return 0
+
+
+def router_eval(
+    data: Path,
+    router: Path,
+    split: str | None,
+    k: int,
+    json_out: bool,
+    plot: Path | None,
+    threads: int | None,
+    store: bool,
+) -> int:
+    from fugu_cli.router.evaluate import EvalOptions, eval_command, render_text
+
+    if not router.exists():
+        err(f"router checkpoint {router} does not exist")
+        return 2
+    try:
+        report = eval_command(EvalOptions(data, router, split, k, plot, threads=threads, store=store))
+    except FuguError as e:
+        err(str(e))
+        return e.exit_code
+    print(json.dumps(report) if json_out else render_text(report))
+    if plot is not None:
+        print(f"cost–quality curve written to {plot}", file=sys.stderr)
+    return 0
+
+
 def router_info(checkpoint: Path) -> int:
     from fugu_cli.router.checkpoint import info_text
 

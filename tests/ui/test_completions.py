@@ -57,7 +57,7 @@ def complete(*words: str) -> list[str]:
         (("--output-format", "s"), ["stream-json"]),
         (("sessions", ""), ["show"]),
         (("sessions", "--l"), ["--limit"]),
-        (("--continue", "router", ""), ["info"]),
+        (("--continue", "router", ""), ["info", "train", "eval"]),
         (("pool", "--j"), ["--json"]),
     ],
 )

@@ -1,0 +1,226 @@
+"""Stage 2: sep-CMA-ES (`cma`, CMA_diagonal=True) over a flat parameter vector, maximising any fitness.
+
+A fitness is any picklable callable `(x, generation) -> float`; all candidates of one generation see the same
+`generation` number, so a fitness that samples task batches can give them the same batch (fair comparison).
+Candidates run in parallel in spawned processes. Never prints: progress goes to `on_generation`.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class Fitness(Protocol):
+    def __call__(self, x: np.ndarray, generation: int) -> float:
+        """Higher is better. Must be deterministic given (x, generation)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ESConfig:
+    generations: int = 60
+    sigma0: float = 0.03
+    popsize: int | None = None  # default 4 + 3 ln N
+    seed: int = 0
+    processes: int = 2  # 1 = evaluate in this process
+
+
+@dataclass(frozen=True)
+class GenerationStats:
+    generation: int
+    best: float  # best fitness in this generation
+    mean: float  # mean fitness of this generation
+    incumbent: float  # the best vector so far, scored on this generation's batch
+    sigma: float
+
+
+@dataclass(frozen=True)
+class ESResult:
+    x: np.ndarray  # the best candidate seen (or x0 when none beat it)
+    fitness: float
+    x0_fitness: float
+    history: list[GenerationStats] = field(default_factory=list)
+
+
+def popsize_for(n: int) -> int:
+    return 4 + int(3 * math.log(max(n, 1)))
+
+
+_WORKER_FITNESS: Fitness | None = None
+
+
+def _init_worker(fitness: Fitness) -> None:
+    global _WORKER_FITNESS
+    _WORKER_FITNESS = fitness
+
+
+def _call_worker(args: tuple[np.ndarray, int]) -> float:
+    assert _WORKER_FITNESS is not None
+    return float(_WORKER_FITNESS(*args))
+
+
+def run_sep_cma(
+    fitness: Fitness,
+    x0: np.ndarray,
+    config: ESConfig = ESConfig(),
+    on_generation: Callable[[GenerationStats], None] | None = None,
+) -> ESResult:
+    """Maximise `fitness` from `x0`. Each generation the incumbent (x0 at first) is scored on the same batch
+    as the candidates and replaced only by one that beats it there, so batch luck does not pick the result."""
+    import cma
+
+    x0 = np.asarray(x0, dtype=np.float64)
+    opts: dict[str, Any] = {
+        "CMA_diagonal": True,
+        "popsize": config.popsize or popsize_for(x0.size),
+        "seed": config.seed + 1,  # cma treats seed 0 as "random"
+        "verbose": -9,
+        "maxiter": config.generations,
+    }
+    es = cma.CMAEvolutionStrategy(x0, config.sigma0, opts)
+    pool = _pool(fitness, config.processes)
+    best_x, best_f, x0_f = x0.copy(), -math.inf, -math.inf
+    history: list[GenerationStats] = []
+    try:
+        for gen in range(config.generations):
+            cands = [np.asarray(c) for c in es.ask()]
+            scores = _evaluate(fitness, pool, [x0, best_x, *cands], gen)
+            anchor, held, fits = scores[0], scores[1], scores[2:]
+            es.tell(cands, [-f for f in fits])
+            if gen == 0:
+                x0_f, best_f = anchor, anchor
+            top = int(np.argmax(fits))
+            # compare on this generation's batch: the incumbent is re-scored alongside the candidates
+            if fits[top] > held:
+                best_x, best_f = cands[top].copy(), fits[top]
+            else:
+                best_f = held
+            stats = GenerationStats(
+                gen, float(max(fits)), float(np.mean(fits)), float(best_f), float(es.sigma)
+            )
+            history.append(stats)
+            if on_generation is not None:
+                on_generation(stats)
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+    return ESResult(best_x, float(best_f), float(x0_f), history)
+
+
+def _pool(fitness: Fitness, processes: int) -> Any:
+    if processes <= 1:
+        return None
+    ctx = mp.get_context("spawn")  # fork after torch has started threads can deadlock
+    return ctx.Pool(processes, initializer=_init_worker, initargs=(fitness,))
+
+
+def _evaluate(fitness: Fitness, pool: Any, xs: list[np.ndarray], gen: int) -> list[float]:
+    if pool is None:
+        return [float(fitness(x, gen)) for x in xs]
+    return list(pool.map(_call_worker, [(x, gen) for x in xs]))
+
+
+@dataclass
+class OfflineFitness:
+    """Mean reward (minus λ × mean cost) of a candidate router's choices on a sampled batch of recorded tasks.
+
+    The vector is the head's parameters followed by the SVF offsets (`param_vector` order). Without SVF the
+    prompt features are fixed (`features`); with SVF they are recomputed from cached inputs of the last
+    block(s) (`batches`), and descriptions go through the changed backbone, as at serving time."""
+
+    head_config: dict[str, Any]
+    reward: np.ndarray  # [N, W]
+    unit_cost: np.ndarray  # [W] mean cost per worker on the training part
+    utility_scale: float  # τ × reward scale: turns log-probabilities into reward units
+    lam: float = 0.0
+    per_generation: int = 64  # prompts per fitness call (all of them when <= 0)
+    seed: int = 0
+    features: np.ndarray | None = None  # [N, H]
+    desc: np.ndarray | None = None  # [W, D] fixed description embeddings (no SVF)
+    backbone_spec: str = ""
+    svf_targets: tuple[str, ...] = ()
+    desc_texts: tuple[str, ...] = ()
+    max_tokens: int = 128
+    batches: list[Any] | None = None  # [BlockBatch] when SVF is in the vector
+    n_blocks: int = 1
+    _state: Any = field(default=None, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_state": None}
+
+    def __call__(self, x: np.ndarray, generation: int) -> float:
+        import torch
+
+        head, params, backbone = self._built()
+        with torch.no_grad():
+            torch.nn.utils.vector_to_parameters(torch.as_tensor(x, dtype=torch.float32), params)
+            feats, rows = self._features(backbone, generation)
+            if backbone is not None:
+                desc = backbone.encode(list(self.desc_texts), max_length=self.max_tokens)
+            else:
+                desc = torch.from_numpy(np.asarray(self.desc, dtype=np.float32))
+            logp = torch.log_softmax(head(feats, desc), dim=-1).double().numpy()
+        util = self.utility_scale * logp - self.lam * self.unit_cost[None, :]
+        choice = util.argmax(axis=1)
+        gain = self.reward[rows, choice] - self.lam * self.unit_cost[choice]
+        return float(gain.mean())
+
+    def _features(self, backbone: Any, generation: int) -> tuple[Any, np.ndarray]:
+        import torch
+
+        rng = np.random.default_rng(self.seed * 1_000_003 + generation)
+        if self.batches is None:
+            assert self.features is not None
+            n = len(self.features)
+            rows = (
+                np.arange(n)
+                if self.per_generation <= 0
+                else rng.choice(n, min(n, self.per_generation), False)
+            )
+            return torch.from_numpy(np.asarray(self.features[rows], dtype=np.float32)), rows
+        from fugu_cli.router.embed_cache import block_features
+
+        per = max(1, len(self.batches[0].rows))
+        k = len(self.batches) if self.per_generation <= 0 else max(1, self.per_generation // per)
+        pick = rng.choice(len(self.batches), min(k, len(self.batches)), replace=False)
+        chosen = [self.batches[i] for i in sorted(pick)]
+        feats = torch.cat([block_features(backbone, b, self.n_blocks) for b in chosen])
+        return feats, np.concatenate([b.rows for b in chosen])
+
+    def _built(self) -> tuple[Any, list[Any], Any]:
+        if self._state is None:
+            self._state = self._build()
+        built: tuple[Any, list[Any], Any] = self._state
+        return built
+
+    def _build(self) -> tuple[Any, list[Any], Any]:
+        import torch
+
+        from fugu_cli.router.head import HeadConfig, SelectionHead
+
+        if mp.current_process().name != "MainProcess":
+            torch.set_num_threads(1)  # one core per fitness process
+        head = SelectionHead(HeadConfig.from_json(self.head_config)).eval()
+        params = list(head.parameters())
+        backbone = None
+        if self.svf_targets:
+            from fugu_cli.router.backbone import load_backbone
+            from fugu_cli.router.svf import apply_svf
+
+            backbone = load_backbone(self.backbone_spec)
+            params += list(apply_svf(backbone.model, list(self.svf_targets)).parameters())
+        return head, params, backbone
+
+
+def param_vector(params: list[Any]) -> np.ndarray:
+    """Flatten torch parameters (head first, then SVF offsets) into the vector ES searches over."""
+    import torch
+
+    return np.asarray(torch.nn.utils.parameters_to_vector(params).detach().double().numpy())

@@ -1,0 +1,121 @@
+"""Loading reward matrices from dataset.toml folders and fugu's store, and splitting them."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fugu_cli.errors import UsageError
+from fugu_cli.router.data import SplitSpec, dev_split, load_dataset, load_store_outcomes, split_matrix
+
+TINY = Path(__file__).parent / "data" / "tiny"
+
+
+def test_load_maps_columns_averages_repeats_and_drops_excluded() -> None:
+    m = load_dataset(TINY)
+    assert m.name == "tiny"
+    assert m.workers == ("a", "b")  # "broken" is in exclude_models
+    assert m.prompt_ids == ("p1", "p2", "p3", "p4", "p5", "p6", "p7")
+    row = {p: i for i, p in enumerate(m.prompt_ids)}
+    assert m.reward[row["p2"]].tolist() == [0.5, 1.0]  # two runs of a on p2 are averaged
+    assert m.cost is not None
+    assert m.cost[row["p2"], 0] == pytest.approx(0.02)
+    assert m.reward[row["p6"]].tolist() == [1.0, 1.0]  # the row flagged bad=1 is left out
+    assert np.isnan(m.reward[row["p7"], 1])
+    assert m.tasks[row["p3"]] == "code" and m.splits[row["p4"]] == "test"
+    assert m.texts is not None and m.texts[row["p1"]] == "What is 2 + 2?"
+
+
+def test_renamed_workers_keep_their_columns() -> None:
+    m = load_dataset(TINY)
+    r = m.renamed({"a": "alpha"})
+    assert r.workers == ("alpha", "b") and np.array_equal(r.reward, m.reward, equal_nan=True)
+
+
+def test_complete_keeps_only_fully_measured_prompts() -> None:
+    assert load_dataset(TINY).complete().prompt_ids == ("p1", "p2", "p3", "p4", "p5", "p6")
+
+
+def test_given_split_drops_training_duplicates_of_held_out_prompts() -> None:
+    s = split_matrix(load_dataset(TINY).complete(), SplitSpec.parse("given:test"))
+    assert s.test.prompt_ids == ("p4", "p5")
+    # p3 is p4 up to case and spacing
+    assert s.train.prompt_ids == ("p1", "p2", "p6")
+    assert s.dropped_duplicates == 1
+
+
+def test_kfold_folds_partition_the_prompts_and_depend_on_the_seed() -> None:
+    m = load_dataset(TINY).complete()
+    held = [split_matrix(m, SplitSpec.parse(f"kfold:3:0:{f}")).test.prompt_ids for f in range(3)]
+    assert sorted(p for fold in held for p in fold) == sorted(m.prompt_ids)
+    assert all(len(fold) == 2 for fold in held)
+    other = [split_matrix(m, SplitSpec.parse(f"kfold:3:1:{f}")).test.prompt_ids for f in range(3)]
+    assert held != other
+    s = split_matrix(m, SplitSpec.parse("kfold:3:0:1"))
+    assert not set(s.train.prompt_ids) & set(s.test.prompt_ids)
+
+
+def test_held_out_tasks() -> None:
+    s = split_matrix(load_dataset(TINY).complete(), SplitSpec.parse("tasks:code"))
+    assert set(s.test.tasks) == {"code"} and set(s.train.tasks) == {"math"}
+
+
+@pytest.mark.parametrize("bad", ["kfold:1:0:0", "kfold:3:0:3", "tasks:", "nonsense", "given:nosuch"])
+def test_bad_splits_are_usage_errors(bad: str) -> None:
+    with pytest.raises(UsageError):
+        split_matrix(load_dataset(TINY).complete(), SplitSpec.parse(bad))
+
+
+def test_split_spec_round_trips() -> None:
+    for text in ("given:ood_test", "kfold:5:0:2", "tasks:a,b", "all"):
+        assert str(SplitSpec.parse(text)) == text
+
+
+def test_dev_split_is_disjoint_and_seeded() -> None:
+    m = load_dataset(TINY).complete()
+    fit, dev = dev_split(m, 0.34, seed=3)
+    assert sorted(fit.prompt_ids + dev.prompt_ids) == sorted(m.prompt_ids) and dev.n == 2
+    assert dev_split(m, 0.34, seed=3)[1].prompt_ids == dev.prompt_ids
+
+
+def test_missing_dataset_toml_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"dataset\.toml"):
+        load_dataset(tmp_path)
+
+
+def test_store_outcomes_become_a_reward_matrix(tmp_path: Path) -> None:
+    db = tmp_path / "fugu.db"
+    con = sqlite3.connect(db)
+    con.execute(
+        "CREATE TABLE outcomes (session_id TEXT, turn INT, task TEXT, worker TEXT, reward REAL,"
+        " cost_usd REAL)"
+    )
+    rows = [
+        ("s1", 1, "fix the test", "opus", 1.0, 0.30),
+        ("s2", 1, "fix the test", "opus", 0.0, 0.10),
+        ("s2", 1, "fix the test", "mini", 1.0, 0.01),
+        ("s3", 1, "add a flag", "mini", 0.0, None),
+        ("s3", 1, "add a flag", "opus", 1.0, 0.20),
+    ]
+    con.executemany("INSERT INTO outcomes VALUES (?, ?, ?, ?, ?, ?)", rows)
+    con.commit()
+    con.close()
+    m = load_store_outcomes(db)
+    assert m.workers == ("mini", "opus")
+    assert m.texts is not None
+    row = {t: i for i, t in enumerate(m.texts)}
+    assert m.reward[row["fix the test"]].tolist() == [1.0, 0.5]
+    assert m.cost is not None
+    assert m.cost[row["fix the test"], 1] == pytest.approx(0.2)
+    assert np.isnan(m.cost[row["add a flag"], 0])
+    assert m.complete().n == 1
+
+
+def test_store_without_outcomes_table_is_empty(tmp_path: Path) -> None:
+    db = tmp_path / "fugu.db"
+    sqlite3.connect(db).execute("CREATE TABLE sessions (id TEXT)").connection.commit()
+    m = load_store_outcomes(db)
+    assert m.n == 0 and m.workers == ()

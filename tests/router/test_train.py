@@ -1,0 +1,249 @@
+"""Stage 1 (and 1 → 2) training on data where the right answer is known, and train/serve agreement."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fugu_cli.router.backbone import load_backbone
+from fugu_cli.router.data import load_dataset
+from fugu_cli.router.embed_cache import block_features, blocks_needed, capture_block_inputs, prompt_line
+from fugu_cli.router.es import ESConfig
+from fugu_cli.router.evaluate import EvalOptions, eval_command
+from fugu_cli.router.svf import apply_svf
+from fugu_cli.router.train import (
+    TrainConfig,
+    TrainOptions,
+    describe_workers,
+    router_utilities,
+    soft_targets,
+    task_scales,
+    train_command,
+)
+
+COOKING = [
+    "bake a sourdough loaf",
+    "season a cast iron pan",
+    "make a tomato soup",
+    "roast a chicken",
+    "whisk a vinaigrette",
+    "knead pizza dough",
+    "caramelise onions",
+    "poach an egg",
+]
+CODE = [
+    "fix a python import error",
+    "write a unit test for a parser",
+    "refactor a rust module",
+    "speed up a SQL query",
+    "debug a segfault in C",
+    "add a CLI flag with argparse",
+    "type-annotate a function",
+    "resolve a git merge conflict",
+]
+ASKS = ["How do I {}?", "Explain how to {}.", "Help me {} quickly.", "What is the best way to {}?"]
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def write_two_topics(root: Path) -> Path:
+    """Worker "chef" solves every cooking prompt and no coding one; "coder" the reverse. 1 in 4 is test."""
+    root.mkdir(parents=True, exist_ok=True)
+    rows, prompts = ["pid,part,topic,model,score,cost"], []
+    items = [
+        (t, a.format(x))
+        for t, xs in (("cook", COOKING), ("code", CODE))
+        for x, a in itertools.product(xs, ASKS)
+    ]
+    for i, (topic, text) in enumerate(items):
+        part = "test" if i % 4 == 3 else "train"
+        rows.append(f"q{i},{part},{topic},chef,{int(topic == 'cook')},0.01")
+        rows.append(f"q{i},{part},{topic},coder,{int(topic == 'code')},0.02")
+        prompts.append(json.dumps({"pid": f"q{i}", "text": text}))
+    (root / "outcomes.csv").write_text("\n".join(rows) + "\n")
+    (root / "prompts.jsonl").write_text("\n".join(prompts) + "\n")
+    (root / "dataset.toml").write_text(
+        'name = "two_topics"\noutcomes = "outcomes.csv"\nprompts = "prompts.jsonl"\nprompt_id = "pid"\n'
+        'model = "model"\nscore = "score"\ncost = "cost"\ntask = "topic"\nsplit = "part"\n'
+        'prompt_text = "text"\n'
+    )
+    return root
+
+
+def small(cache: Path, **kw: object) -> TrainConfig:
+    base: dict[str, object] = {
+        "epochs": 150,
+        "patience": 30,
+        "batch_size": 16,
+        "lr": 1e-2,
+        "svf_prompts": 16,
+        "svf_epochs": 1,
+        "cache_dir": cache,
+        "dev_fraction": 0.15,
+    }
+    return TrainConfig(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_soft_targets_are_a_tempered_softmax_of_rewards() -> None:
+    p = soft_targets(np.array([[1.0, 0.0], [0.5, 0.5]]), tau=0.1)
+    assert p.sum(1) == pytest.approx([1.0, 1.0])
+    assert p[0, 0] == pytest.approx(1 / (1 + np.exp(-10)))
+    assert p[1].tolist() == pytest.approx([0.5, 0.5])
+    assert soft_targets(np.array([[8.0, 4.0]]), tau=0.5, scale=8.0)[0, 0] == pytest.approx(
+        1 / (1 + np.exp(-1))
+    )
+
+
+def test_each_task_keeps_its_own_reward_scale() -> None:
+    from fugu_cli.router.data import RewardMatrix
+
+    m = RewardMatrix(
+        "mixed",
+        ("a", "b", "c"),
+        ("x", "y", "z"),
+        ("judge", "exact", "exact"),
+        ("",) * 3,
+        ("w1", "w2"),
+        np.array([[9.0, 7.5], [1.0, 0.0], [0.0, 1.0]]),
+    )
+    assert task_scales(m) == {"judge": 9.0, "exact": 1.0}
+
+
+def test_router_learns_which_worker_wins_which_topic(tmp_path: Path) -> None:
+    data = write_two_topics(tmp_path / "two")
+    out = tmp_path / "ckpt"
+    res = train_command(
+        TrainOptions(data, out, stage="sft", config=small(tmp_path / "cache", svf_targets=()))
+    )
+    assert (out / "router.safetensors").is_file() and res.meta.training["split"] == "given:test"
+    assert [w.name for w in res.meta.workers] == ["chef", "coder"]
+    test = load_dataset(data)
+    test = test.subset([i for i, s in enumerate(test.splits) if s == "test"])
+    util = router_utilities(out, test, cache_dir=tmp_path / "cache")
+    accuracy = (util.argmax(1) == test.reward.argmax(1)).mean()
+    assert accuracy >= 0.9
+    report = eval_command(EvalOptions(data, out, cache_dir=tmp_path / "cache", k=3))
+    assert report["router"]["reward"] >= 0.9 > report["best_single"]["reward"]
+    assert json.loads(json.dumps(report))["knn"]["k"] == 3  # what `--json` prints
+    assert report["random"]["reward"] == pytest.approx(0.5) and report["oracle"]["reward"] == 1.0
+    assert report["apgr"]["all"]["router"] is None  # both workers average 0.5: no gap to recover
+
+
+def test_svf_block_cache_reproduces_the_full_backbone(tmp_path: Path) -> None:
+    backbone = load_backbone("minilm")
+    texts = ["How do I bake bread?", "Fix the failing test in parser.py, it raises KeyError", "hi"]
+    svf = apply_svf(backbone.model, ["last:1"])
+    n = blocks_needed(backbone.model, svf.targets)
+    assert n == 1
+    batches = capture_block_inputs(backbone, texts, [0, 1, 2], n, batch_size=2)
+    lines = [prompt_line(t) for t in texts]
+    for offsets in ("zero", "random"):
+        if offsets == "random":
+            with torch.no_grad():
+                for p in svf.parameters():
+                    p.normal_(0.0, 0.2)
+        full = backbone.encode(lines, max_length=128)
+        for b in batches:
+            with torch.no_grad():
+                assert torch.allclose(block_features(backbone, b, n), full[b.rows], atol=1e-5)
+
+
+def test_svf_checkpoint_scores_as_the_learned_router_does(tmp_path: Path) -> None:
+    from fugu_cli.router.learned import LearnedRouter
+    from fugu_cli.types import Message, RouteState, Worker
+
+    data = write_two_topics(tmp_path / "two")
+    out = tmp_path / "ckpt"
+    cfg = small(tmp_path / "cache", svf_prompts=24, svf_epochs=2, svf_lr=5e-2)
+    res = train_command(TrainOptions(data, out, stage="sft", config=cfg))
+    assert "dev_kl_svf" in res.meta.metrics and res.meta.svf_targets  # SVF was kept: the check below uses it
+    m = load_dataset(data).subset([0, 5])
+    assert m.texts is not None
+    util = router_utilities(out, m, cache_dir=tmp_path / "cache")
+    router = LearnedRouter.load(out, threads=1)
+    pool = [Worker(name="chef", model="x/chef"), Worker(name="coder", model="x/coder")]
+    scale = res.meta.training["reward_scale"] * (res.meta.tau or 1.0)
+    for i, text in enumerate(m.texts):
+        logits = router.logits(RouteState(messages=[Message(role="user", content=text)], step=0), pool)
+        served = scale * torch.log_softmax(logits, 0).double().numpy()
+        assert served == pytest.approx(util[i], abs=1e-4)
+
+
+def test_stage_two_starts_from_stage_one_and_keeps_or_improves_fitness(tmp_path: Path) -> None:
+    data = write_two_topics(tmp_path / "two")
+    seen: list[float] = []
+    res = train_command(
+        TrainOptions(
+            data,
+            tmp_path / "ckpt",
+            stage="both",
+            config=small(tmp_path / "cache", svf_targets=()),
+            es=ESConfig(generations=4, processes=1),
+            es_batch=16,
+        ),
+        on_generation=lambda s: seen.append(s.incumbent),
+    )
+    assert len(seen) == 4 and len(res.history) == 4
+    metrics = res.meta.metrics
+    assert metrics["es_dev_after"] >= metrics["es_dev_before"] - 1e-12
+    assert res.history[0].incumbent >= 0.5
+
+
+def test_descriptions_name_the_tasks_a_worker_is_strong_on(tmp_path: Path) -> None:
+    root = write_two_topics(tmp_path / "two")
+    (root / "models.csv").write_text("model,name,tags\nchef,Chef Bot 2,Model: chef-2|Org: Kitchen Labs\n")
+    m = load_dataset(root)
+    chef, coder = describe_workers(m)
+    assert chef.description.startswith("Chef Bot 2 by Kitchen Labs")
+    assert coder.description.startswith("coder")
+    assert "cook" in chef.description and "code" not in chef.description.split("strong on")[-1]
+    assert "code" in coder.description.split("strong on")[-1]
+
+
+def test_the_shipped_default_checkpoint_knows_the_built_in_pool() -> None:
+    from fugu_cli.pool import KNOWN_PROVIDERS
+    from fugu_cli.router.checkpoint import read_meta
+    from fugu_cli.router.learned import LearnedRouter
+    from fugu_cli.types import Message, RouteState
+
+    ckpt = Path(__file__).resolve().parents[2] / "fugu_cli" / "data" / "router_default"
+    assert sum(p.stat().st_size for p in ckpt.iterdir()) < 1_000_000  # head (+ SVF scales) only
+    meta = read_meta(ckpt)
+    assert meta.training["data"] == "swebench_verified_dev"
+    models = {w.name: w.model for w in meta.workers}
+    pool = [w for p in KNOWN_PROVIDERS for w in p.workers if w.name in models]
+    assert {w.name for w in pool} >= {"claude-sonnet", "gpt-5", "gpt-5-mini", "gemini-pro"}
+    assert all(models[w.name] == w.model for w in pool)
+    router = LearnedRouter.load(ckpt, threads=1)
+    task = (
+        "QuerySet.only() after select_related() crashes on proxy models with a KeyError in django/db/models"
+    )
+    decision = router.pick(RouteState(messages=[Message(role="user", content=task)], step=0), pool)
+    assert decision.worker in {w.name for w in pool} and sum(decision.scores.values()) == pytest.approx(1.0)
+
+
+def test_stage_es_alone_starts_from_a_fresh_head(tmp_path: Path) -> None:
+    data = write_two_topics(tmp_path / "two")
+    res = train_command(
+        TrainOptions(
+            data,
+            tmp_path / "ckpt",
+            stage="es",
+            config=small(tmp_path / "cache"),
+            es=ESConfig(generations=2, processes=1),
+            es_batch=16,
+        )
+    )
+    assert res.meta.training["stage"] == "es" and not res.meta.svf_targets and len(res.history) == 2
