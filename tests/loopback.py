@@ -226,8 +226,9 @@ class _Handler(BaseHTTPRequestHandler):
         for key, value in (extra or {}).items():
             self.send_header(key, value)
         self.end_headers()
+        rec.status = status  # before the write: a client may read the reply before this thread resumes
         self.wfile.write(payload)
-        rec.status, rec.finished = status, time.monotonic()
+        rec.finished = time.monotonic()
 
     def _fault(self, rec: RecordedRequest, reply: dict[str, Any]) -> None:
         fault = reply["fault"]
@@ -263,9 +264,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
                 if pause and self.loopback.wait(pause):
                     return
+            rec.status = 200
             self.wfile.write(done)
             self.wfile.flush()
-            rec.status = 200
         except (BrokenPipeError, ConnectionResetError):
             rec.status = 499
         rec.finished = time.monotonic()
