@@ -124,9 +124,9 @@ def pool_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List the workers: usable or not (and why), model, price."""
-    from fugu_cli.ui import run as runner
+    from fugu_cli.ui import admin
 
-    raise typer.Exit(runner.pool_command(pool, json_out))
+    raise typer.Exit(admin.pool_command(pool, json_out))
 
 
 @app.command("demo")
@@ -219,9 +219,9 @@ def sessions_list(
 ) -> None:
     """List recent sessions (newest first)."""
     if ctx.invoked_subcommand is None:
-        from fugu_cli.ui import run as runner
+        from fugu_cli.ui import admin
 
-        raise typer.Exit(runner.sessions_list(limit))
+        raise typer.Exit(admin.sessions_list(limit))
 
 
 @sessions_app.command("show")
@@ -229,17 +229,17 @@ def sessions_show(
     session_id: Annotated[str, typer.Argument(help="A session id (a unique prefix will do).")],
 ) -> None:
     """Print each step of a session: worker, why it was chosen, tools called, cost."""
-    from fugu_cli.ui import run as runner
+    from fugu_cli.ui import admin
 
-    raise typer.Exit(runner.sessions_show(session_id))
+    raise typer.Exit(admin.sessions_show(session_id))
 
 
 @router_app.command("info")
 def router_info(checkpoint: Annotated[Path, typer.Argument(help="A router checkpoint directory.")]) -> None:
     """Print what a router checkpoint holds: backbone, workers, training data and metrics."""
-    from fugu_cli.ui import run as runner
+    from fugu_cli.ui import admin
 
-    raise typer.Exit(runner.router_info(checkpoint))
+    raise typer.Exit(admin.router_info(checkpoint))
 
 
 @router_app.command("train")
@@ -265,11 +265,11 @@ def router_train(
     ] = False,
 ) -> None:
     """Train a router from measured outcomes: soft-label KL with SVF, then sep-CMA-ES."""
-    from fugu_cli.ui import run as runner
+    from fugu_cli.ui import admin
 
     raise typer.Exit(
-        runner.router_train(
-            runner.TrainRequest(data, out, stage, split, tau, svf, generations, lam, seed, threads, store)
+        admin.router_train(
+            admin.TrainRequest(data, out, stage, split, tau, svf, generations, lam, seed, threads, store)
         )
     )
 
@@ -290,9 +290,9 @@ def router_eval(
     store: Annotated[bool, typer.Option("--store", help="--data is a fugu store.")] = False,
 ) -> None:
     """Judge a router on held-out data against best single, random, oracle, kNN and logistic regression."""
-    from fugu_cli.ui import run as runner
+    from fugu_cli.ui import admin
 
-    raise typer.Exit(runner.router_eval(data, router, split, k, json_out, plot, threads, store))
+    raise typer.Exit(admin.router_eval(data, router, split, k, json_out, plot, threads, store))
 
 
 def main(argv: list[str] | None = None) -> Any:

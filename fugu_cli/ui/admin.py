@@ -1,0 +1,213 @@
+"""The listing and router commands: `fugu pool`, `fugu sessions [show]`, `fugu router info|train|eval`.
+
+Prints plain text or JSON; the work is done by app.py, the store, the ledger and fugu_cli/router.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fugu_cli.errors import FuguError, UsageError
+from fugu_cli.ui.run import err, tool_summary
+
+
+def pool_command(pool: str | None, json_out: bool) -> int:
+    from fugu_cli.app import RunOptions, check_pool, discover_pool, load_options_config
+    from fugu_cli.pool import POOL_HINT
+
+    try:
+        config = load_options_config(RunOptions(pool=pool))
+        workers, source = discover_pool(config, Path.cwd())
+    except UsageError as e:
+        err(str(e))
+        return 2
+    if not workers:
+        err(f"no worker is configured: {POOL_HINT}")
+        return 2
+    checked = check_pool(workers)
+    prices = {a.worker.name: _price(a.worker) for a in checked}
+    if json_out:
+        rows = [
+            {
+                "name": a.worker.name,
+                "model": a.worker.model,
+                "usable": a.ok,
+                "reason": a.reason,
+                "price_in": prices[a.worker.name][0],
+                "price_out": prices[a.worker.name][1],
+                "price_source": prices[a.worker.name][2],
+                "priority": a.worker.priority,
+            }
+            for a in checked
+        ]
+        print(json.dumps({"source": source, "workers": rows}, indent=2))
+    else:
+        print(f"pool from {source}:")
+        for a in checked:
+            w = a.worker
+            p_in, p_out, where = prices[w.name]
+            price = f"${p_in:g}/${p_out:g} per M ({where})" if p_in is not None else "price unknown ($0)"
+            mark = "ok " if a.ok else "-- "
+            print(f"  {mark} {w.name:<18} {w.model:<40} {price:<28} {a.reason}")
+    if not any(a.ok for a in checked):
+        err(f"no usable worker: {POOL_HINT}")
+        return 2
+    return 0
+
+
+def _price(w: Any) -> tuple[float | None, float | None, str]:
+    """Per-million prices: the worker's own, else litellm's table (imports litellm, about 3 s)."""
+    if w.price_in is not None or w.price_out is not None:
+        return w.price_in or 0.0, w.price_out or 0.0, "pool"
+    from fugu_cli.llm.client import table_price
+
+    found = table_price(w.model)
+    return (found[0], found[1], "litellm") if found else (None, None, "unknown")
+
+
+def sessions_list(limit: int) -> int:
+    from fugu_cli.app import open_store
+
+    rows = open_store().list_sessions(limit)
+    if not rows:
+        print("no sessions yet")
+        return 0
+    import time
+
+    for r in rows:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.updated_at))
+        print(f"{r.id}  {when}  {r.mode:<5} ${r.cost_usd:<8.4f} {r.title[:60]}")
+    return 0
+
+
+def sessions_show(session_id: str) -> int:
+    from fugu_cli.app import open_store
+    from fugu_cli.ledger import Ledger, scopes
+
+    store = open_store()
+    row = store.get_session(session_id)
+    if row is None:
+        err(f"no session {session_id!r} (or the prefix is ambiguous); list them with: fugu sessions")
+        return 2
+    print(f"session {row.id} · {row.cwd} · {row.mode} · ${row.cost_usd:.4f}")
+    for scope in scopes(store, row.id) or ["main"]:
+        ledger = Ledger(store, row.id, scope)
+        calls = ledger.tool_calls()
+        if scope != "main":
+            print(f"[{scope}]")
+        for s in ledger.steps():
+            p = s.scores.get(s.worker)
+            why = (
+                f"{s.source}"
+                + (f", p={p:.2f}" if p is not None else "")
+                + (f", {s.reason}" if s.reason else "")
+            )
+            print(f"turn {s.turn} step {s.step}: {s.worker} ({why}) · {s.status} · ${s.usage.cost_usd:.4f}")
+            for c in calls:
+                if (c.turn, c.step, c.agent) == (s.turn, s.step, s.worker):
+                    flag = " denied" if c.denied else (" error" if c.is_error else "")
+                    print(f"    {c.agent}: {tool_summary(c.tool, c.arguments, False)}{flag}")
+    return 0
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    data: Path
+    out: Path
+    stage: str
+    split: str | None
+    tau: float
+    svf: str
+    generations: int
+    lam: float
+    seed: int
+    threads: int | None
+    store: bool
+
+
+def router_train(req: TrainRequest) -> int:
+    from fugu_cli.router.es import ESConfig, GenerationStats
+    from fugu_cli.router.train import TrainConfig, TrainOptions, train_command
+
+    if req.stage not in ("sft", "es", "both"):
+        err(f"--stage {req.stage}: choose sft, es or both")
+        return 2
+    config = TrainConfig(
+        tau=req.tau, svf_targets=tuple(t for t in req.svf.split(",") if t), seed=req.seed, threads=req.threads
+    )
+    opts = TrainOptions(
+        req.data,
+        req.out,
+        stage=req.stage,  # type: ignore[arg-type]
+        split=req.split,
+        config=config,
+        es=ESConfig(generations=req.generations, seed=req.seed),
+        lam=req.lam,
+        store=req.store,
+    )
+    tty = sys.stderr.isatty()
+
+    def on_generation(g: GenerationStats) -> None:
+        done = g.generation + 1
+        bar = "█" * (20 * done // req.generations)
+        line = (
+            f"es [{bar:<20}] generation {done}/{req.generations} · best {g.best:.4f} · "
+            f"mean {g.mean:.4f} · incumbent {g.incumbent:.4f} · σ {g.sigma:.4f}"
+        )
+        print(("\r" + line) if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
+
+    try:
+        result = train_command(
+            opts, on_log=lambda m: print(m, file=sys.stderr, flush=True), on_generation=on_generation
+        )
+    except FuguError as e:
+        err(str(e))
+        return e.exit_code
+    if tty and result.history:
+        print(file=sys.stderr)
+    print(f"router checkpoint written to {result.checkpoint} (fugu router info {result.checkpoint})")
+    return 0
+
+
+def router_eval(
+    data: Path,
+    router: Path,
+    split: str | None,
+    k: int,
+    json_out: bool,
+    plot: Path | None,
+    threads: int | None,
+    store: bool,
+) -> int:
+    from fugu_cli.router.evaluate import EvalOptions, eval_command, render_text
+
+    if not router.exists():
+        err(f"router checkpoint {router} does not exist")
+        return 2
+    try:
+        report = eval_command(EvalOptions(data, router, split, k, plot, threads=threads, store=store))
+    except FuguError as e:
+        err(str(e))
+        return e.exit_code
+    print(json.dumps(report) if json_out else render_text(report))
+    if plot is not None:
+        print(f"cost–quality curve written to {plot}", file=sys.stderr)
+    return 0
+
+
+def router_info(checkpoint: Path) -> int:
+    from fugu_cli.router.checkpoint import info_text
+
+    if not checkpoint.exists():
+        err(f"{checkpoint} does not exist")
+        return 2
+    try:
+        print(info_text(checkpoint))
+    except (OSError, ValueError, KeyError) as e:
+        err(f"cannot read {checkpoint}: {e}")
+        return 2
+    return 0
