@@ -17,7 +17,8 @@ from typing import Any
 
 from fugu_cli.router.es import ESConfig, GenerationStats
 from fugu_cli.router.evaluate import EvalOptions, eval_command, merge_reports, render_text
-from fugu_cli.router.train import TrainConfig, TrainOptions, train_command
+from fugu_cli.router.train import TrainConfig
+from fugu_cli.router.trainer import TrainOptions, train_command
 
 METHODS = ("router", "best_single", "knn", "logreg", "random", "oracle")
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from fugu_cli.router.checkpoint import info_text
 from fugu_cli.router.es import ESConfig, GenerationStats
-from fugu_cli.router.train import TrainConfig, TrainOptions, train_command
+from fugu_cli.router.train import TrainConfig
+from fugu_cli.router.trainer import TrainOptions, train_command
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "fugu_cli" / "data" / "router_default"

@@ -347,7 +347,7 @@ def eval_command(opts: EvalOptions) -> dict[str, Any]:
     from fugu_cli.router.checkpoint import read_meta
     from fugu_cli.router.data import SplitSpec, load_dataset, load_store_outcomes, split_matrix
     from fugu_cli.router.embed_cache import encode_prompts
-    from fugu_cli.router.train import default_split, router_utilities
+    from fugu_cli.router.trainer import default_split, router_utilities
 
     meta = read_meta(opts.router)
     full = (load_store_outcomes(opts.data) if opts.store else load_dataset(opts.data)).complete()

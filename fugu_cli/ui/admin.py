@@ -131,7 +131,8 @@ class TrainRequest:
 
 def router_train(req: TrainRequest) -> int:
     from fugu_cli.router.es import ESConfig, GenerationStats
-    from fugu_cli.router.train import TrainConfig, TrainOptions, train_command
+    from fugu_cli.router.train import TrainConfig
+    from fugu_cli.router.trainer import TrainOptions, train_command
 
     if req.stage not in ("sft", "es", "both"):
         err(f"--stage {req.stage}: choose sft, es or both")

@@ -17,15 +17,8 @@ from fugu_cli.router.embed_cache import block_features, blocks_needed, capture_b
 from fugu_cli.router.es import ESConfig
 from fugu_cli.router.evaluate import EvalOptions, eval_command
 from fugu_cli.router.svf import apply_svf
-from fugu_cli.router.train import (
-    TrainConfig,
-    TrainOptions,
-    describe_workers,
-    router_utilities,
-    soft_targets,
-    task_scales,
-    train_command,
-)
+from fugu_cli.router.train import TrainConfig, describe_workers, soft_targets, task_scales
+from fugu_cli.router.trainer import TrainOptions, router_utilities, train_command
 
 COOKING = [
     "bake a sourdough loaf",
