@@ -6,24 +6,13 @@ every step so a crash loses nothing. Never prints.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
-import re
 import time
 from dataclasses import dataclass
 
-from fugu_cli.store import Store
+from fugu_cli.store import Store, redact
 from fugu_cli.types import Message, RouteDecision, ToolCall, ToolResult, Usage, dumps
-
-_SECRET_NAMES = re.compile(r"(_API_KEY|_TOKEN|_SECRET|_PASSWORD)$")
-
-
-def redact(text: str) -> str:
-    """Replace the values of key-like environment variables wherever they appear."""
-    for name, value in os.environ.items():
-        if len(value) >= 8 and _SECRET_NAMES.search(name) and value in text:
-            text = text.replace(value, f"[{name}]")
-    return text
 
 
 @dataclass(frozen=True)
@@ -140,6 +129,8 @@ class Ledger:
         self.store.touch_session(self.session_id, cost_delta=usage.cost_usd)
 
     def message(self, turn: int, seq: int, message: Message) -> None:
+        if message.content:
+            message = dataclasses.replace(message, content=redact(message.content))
         self.store.append_message(self.session_id, self.scope, turn, seq, message)
 
     # reading

@@ -19,7 +19,7 @@ from fugu_cli.errors import UsageError
 from fugu_cli.events import Emit, Notice, SessionStarted, TurnFinished, ignore
 from fugu_cli.ledger import Ledger
 from fugu_cli.router import Router
-from fugu_cli.store import Store
+from fugu_cli.store import Store, redact
 from fugu_cli.types import Message, RouteDecision, RouteState, TurnResult, Worker
 
 
@@ -148,9 +148,9 @@ class Session:
                 (
                     self.id,
                     turn,
-                    text,
+                    redact(text),
                     result.status,
-                    result.result,
+                    redact(result.result),
                     result.usage.cost_usd,
                     self.checkpoints.get(turn),
                     time.time(),

@@ -6,6 +6,8 @@ Keys never reach it: callers pass redacted text. Never prints.
 
 from __future__ import annotations
 
+import os
+import re
 import sqlite3
 import threading
 import time
@@ -81,6 +83,17 @@ class SessionRow:
     cost_usd: float
 
 
+_SECRET_NAMES = re.compile(r"(_API_KEY|_TOKEN|_SECRET|_PASSWORD)$")
+
+
+def redact(text: str) -> str:
+    """Replace the values of key-like environment variables in `text`: keys never reach the store."""
+    for name, value in os.environ.items():
+        if len(value) >= 8 and _SECRET_NAMES.search(name) and value in text:
+            text = text.replace(value, f"[{name}]")
+    return text
+
+
 def new_session_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
@@ -141,7 +154,7 @@ class Store:
         self.execute(
             "UPDATE sessions SET updated_at=?, cost_usd=cost_usd+?, "
             "title=CASE WHEN title='' AND ? IS NOT NULL THEN ? ELSE title END WHERE id=?",
-            (time.time(), cost_delta, title, title, sid),
+            (time.time(), cost_delta, title and redact(title), title and redact(title), sid),
         )
 
     def get_session(self, sid: str) -> SessionRow | None:

@@ -277,3 +277,19 @@ def test_a_local_ollama_server_makes_the_pool_when_no_key_is_set(tmp_path: Path)
     rows = listed["workers"]
     assert [r["name"] for r in rows] == ["ollama-qwen2.5-coder-7b", "ollama-llama3.2-3b"]
     assert rows[0]["model"] == "ollama_chat/qwen2.5-coder:7b" and all(r["usable"] for r in rows)
+
+
+def test_key_values_never_reach_the_store(tmp_path: Path, loopback: LoopbackServer) -> None:
+    repo = make_repo(tmp_path / "repo")
+    secret = "sk-live-0123456789abcdef"
+    loopback.script("solo", [tool_reply(call("read_file", path="notes.txt")), f"the key is {secret}"])
+    (repo / "notes.txt").write_text(f"OPENAI_API_KEY={secret}\n")
+    pool = _pool(tmp_path, loopback, "solo")
+    run = fugu("-p", f"remember {secret}", "--pool", str(pool), cwd=repo, env={"OPENAI_API_KEY": secret})
+    assert run.code == 0, run.stderr
+    db = Path(os.environ["FUGU_HOME"]) / "fugu.db"
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    dump = "\n".join(con.iterdump())
+    assert secret not in dump and "[OPENAI_API_KEY]" in dump
