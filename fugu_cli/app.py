@@ -5,6 +5,7 @@ Tests inject a scripted LLM or an approver here instead of patching. Never print
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Sequence
@@ -124,6 +125,18 @@ def usable_pool(config: Config, cwd: Path, saved: Sequence[Worker] = ()) -> list
     return usable
 
 
+def with_table_prices(pool: Sequence[Worker]) -> list[Worker]:
+    """Workers without their own prices get litellm's, so the router's cost term (λ) sees every price.
+    Only asked for when λ > 0: it imports litellm."""
+    from fugu_cli.llm.client import table_price
+
+    out: list[Worker] = []
+    for w in pool:
+        found = table_price(w.model) if w.price_in is None and w.price_out is None else None
+        out.append(dataclasses.replace(w, price_in=found[0], price_out=found[1]) if found else w)
+    return out
+
+
 def default_checkpoint() -> Path:
     """The router shipped in the package (trained on swebench_verified_dev)."""
     return Path(str(resources.files("fugu_cli").joinpath("data", "router_default")))
@@ -201,6 +214,8 @@ def build_session(
     root = repo_root(opts.cwd)
     resumed, saved_pool, messages = _resume(store, opts, root)
     pool = usable_pool(config, opts.cwd, saved_pool)
+    if config.cost_weight > 0:
+        pool = with_table_prices(pool)
     names = [w.name for w in pool]
     if config.worker and config.worker not in names:
         raise UsageError(

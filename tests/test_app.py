@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from fugu_cli.app import build_router, default_checkpoint, known_workers
+from pathlib import Path
+
+from fugu_cli.app import RunOptions, build_router, build_session, default_checkpoint, known_workers
 from fugu_cli.config import Config
+from fugu_cli.llm.scripted import ScriptedLLM
 from fugu_cli.pool import pool_from_keys
 from fugu_cli.router.prior import PriorRouter
 from fugu_cli.types import Message, RouteState, Worker
+from tests.helpers import write_pool
+from tests.loopback import LoopbackServer
 
 
 def test_the_shipped_router_serves_a_pool_with_two_of_its_workers() -> None:
@@ -36,3 +41,21 @@ def test_the_prior_serves_pools_the_shipped_router_does_not_know() -> None:
     assert isinstance(
         build_router(Config(router="prior"), pool_from_keys({"OPENAI_API_KEY": "k"})), PriorRouter
     )
+
+
+def test_a_cost_weight_gives_every_worker_a_price(tmp_path: Path, loopback: LoopbackServer) -> None:
+    pool = write_pool(
+        tmp_path / "pool.toml",
+        [
+            {"name": "listed", "model": "openai/gpt-4o-mini", "api_base": loopback.base_url},
+            {"name": "own", "model": "openai/own", "api_base": loopback.base_url, "price_in": 9.0},
+            {"name": "unknown", "model": "openai/unknown-model-x", "api_base": loopback.base_url},
+        ],
+    )
+    opts = RunOptions(cwd=tmp_path, pool=str(pool), cost_weight=1.0)
+    workers = {w.name: w for w in build_session(opts, llm=ScriptedLLM()).deps.pool}
+    assert (workers["listed"].price_in, workers["listed"].price_out) == (0.15, 0.6)
+    assert (workers["own"].price_in, workers["own"].price_out) == (9.0, None)
+    assert workers["unknown"].price_in is None
+    plain = build_session(RunOptions(cwd=tmp_path, pool=str(pool)), llm=ScriptedLLM()).deps.pool
+    assert plain[0].price_in is None  # without λ nothing is looked up
