@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -47,7 +46,6 @@ class RunOptions:
     max_budget_usd: float | None = None
     resume: str | None = None
     continue_last: bool = False
-    interactive: bool = False
     stream: bool = False
     ultra: bool | None = None
     plan: Path | None = None  # --plan FILE: the workflow ultra mode runs instead of asking the conductor
@@ -174,10 +172,6 @@ def build_router(config: Config, pool: Sequence[Worker]) -> Router:
         raise ConfigError(f"cannot load router checkpoint {spec}: {e}") from e
 
 
-def default_permission(config: Config, interactive: bool) -> PermissionModeName:
-    return config.permission_mode or "ask"
-
-
 def system_prompt(root: Path, name: str = "system") -> str:
     from fugu_cli import prompts
 
@@ -222,7 +216,7 @@ def build_session(
             f"--worker {config.worker}: no such usable worker; choose one of: {', '.join(names)}"
         )
     router = build_router(config, pool)
-    mode = default_permission(config, opts.interactive)
+    mode: PermissionModeName = config.permission_mode or "ask"
     policy = PermissionPolicy(
         mode=mode, allow=list(config.permissions.allow), deny=list(config.permissions.deny)
     )
@@ -316,7 +310,3 @@ def _max_steps(config: Config, opts: RunOptions, router: Router) -> int:
     if getattr(router, "has_roles", False) and opts.max_turns is None:
         return min(config.max_turns, ROLE_MAX_STEPS)
     return config.max_turns
-
-
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").lower() in ("1", "true", "yes")

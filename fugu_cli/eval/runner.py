@@ -153,7 +153,6 @@ def _run_job(ctx: _Context, job: _Job) -> RunRecord:
                 worker=job.arm.worker,
                 ultra=job.arm.ultra,
                 permission_mode="full-auto",
-                interactive=False,
                 stream=False,
                 resume=None,
                 continue_last=False,

@@ -278,7 +278,7 @@ class Repl:
     def _build(self, opts: RunOptions) -> Session:
         from fugu_cli.app import build_session
 
-        return build_session(dataclasses.replace(opts, interactive=True), approver=self.approvals)
+        return build_session(opts, approver=self.approvals)
 
     def _interrupt_prompt(self) -> None:
         """The background build failed while the prompt waits: end the prompt so the REPL can say why."""

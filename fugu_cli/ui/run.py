@@ -82,7 +82,7 @@ def main(req: Request) -> int:
         return e.exit_code
 
 
-def _options(req: Request, *, interactive: bool) -> Any:
+def _options(req: Request) -> Any:
     from fugu_cli.app import RunOptions
 
     return RunOptions(
@@ -96,7 +96,6 @@ def _options(req: Request, *, interactive: bool) -> Any:
         max_budget_usd=req.max_budget_usd,
         resume=req.resume,
         continue_last=req.continue_last,
-        interactive=interactive,
         stream=req.output_format == "text" and sys.stdout.isatty(),
         ultra=req.ultra or None,
         plan=req.plan,
@@ -108,7 +107,7 @@ def _repl(req: Request) -> int:
 
     # the options are made in the REPL's loader thread: importing app.py would delay the first prompt
     launch = repl.Launch(
-        options=lambda: _options(req, interactive=True),
+        options=lambda: _options(req),
         cwd=Path.cwd(),
         worker=req.worker,
         resuming=bool(req.resume or req.continue_last),
@@ -119,7 +118,7 @@ def _repl(req: Request) -> int:
 def _one_shot(req: Request, task: str) -> int:
     from fugu_cli.app import build_session
 
-    session = build_session(_options(req, interactive=False))
+    session = build_session(_options(req))
     out = sys.stdout
     emit = _renderer(req, out)
     cancel = threading.Event()

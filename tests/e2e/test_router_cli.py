@@ -53,3 +53,36 @@ def test_bad_inputs_exit_2(tmp_path: Path) -> None:
         ).code
         == 2
     )
+
+
+def test_train_from_the_stores_outcomes(tmp_path: Path) -> None:
+    from fugu_cli.store import Store
+
+    store = Store(tmp_path / "fugu.db")
+    insert = "INSERT INTO outcomes (task, worker, reward, cost_usd, source, created_at) VALUES (?,?,?,?,?,?)"
+    tasks = ["fix the parser bug", "write the README", "speed up the loop", "document the API"]
+    for i, task in enumerate(tasks):
+        for worker, reward in (("coder", 1.0 if i % 2 == 0 else 0.0), ("writer", 0.0 if i % 2 == 0 else 1.0)):
+            store.execute(insert, (task, worker, reward, 0.01, "eval:test", 0.0))
+        store.execute(insert, (task, "fugu", 1.0, 0.02, "eval:test", 0.0))
+    store.close()
+    ckpt = tmp_path / "ckpt"
+    run = fugu(
+        "router",
+        "train",
+        "--data",
+        str(tmp_path / "fugu.db"),
+        "--store",
+        "--out",
+        str(ckpt),
+        "--stage",
+        "sft",
+        "--svf",
+        "",
+        "--split",
+        "all",
+        cwd=tmp_path,
+    )
+    assert run.code == 0, run.stderr
+    info = fugu("router", "info", str(ckpt), cwd=tmp_path)
+    assert "coder" in info.stdout and "writer" in info.stdout and "fugu:" not in info.stdout

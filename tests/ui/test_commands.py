@@ -68,7 +68,7 @@ def make(tmp_path: Path, llm: ScriptedLLM, **kw: object) -> Session:
             {"name": "beta", "model": "openai/beta", "price_in": 0.5, "price_out": 1.0},
         ],
     )
-    opts = RunOptions(cwd=repo, pool=str(pool), permission_mode="full-auto", interactive=True, **kw)  # type: ignore[arg-type]
+    opts = RunOptions(cwd=repo, pool=str(pool), permission_mode="full-auto", **kw)  # type: ignore[arg-type]
     return build_session(opts, llm=llm)
 
 
