@@ -6,8 +6,6 @@ Keys never reach it: callers pass redacted text. Never prints.
 
 from __future__ import annotations
 
-import os
-import re
 import sqlite3
 import threading
 import time
@@ -18,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fugu_cli.redact import redact as redact  # the one redactor; ledger and session import it from here
 from fugu_cli.types import Message, dumps
 
 MIGRATIONS: tuple[str, ...] = (
@@ -81,17 +80,6 @@ class SessionRow:
     pool_json: str
     router: str
     cost_usd: float
-
-
-_SECRET_NAMES = re.compile(r"(_API_KEY|_TOKEN|_SECRET|_PASSWORD)$")
-
-
-def redact(text: str) -> str:
-    """Replace the values of key-like environment variables in `text`: keys never reach the store."""
-    for name, value in os.environ.items():
-        if len(value) >= 8 and _SECRET_NAMES.search(name) and value in text:
-            text = text.replace(value, f"[{name}]")
-    return text
 
 
 def new_session_id() -> str:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
+from fugu_cli.tools.sandbox import SandboxPolicy
 
 PermissionMode = Literal["ask", "auto-edit", "full-auto", "read-only"]
 ToolKind = Literal["read", "edit", "exec"]
@@ -27,6 +30,18 @@ class ApprovalRequest:
 Approver = Callable[[ApprovalRequest], Answer]
 
 
+@dataclass(frozen=True)
+class Part:
+    """One thing a call would do, as rules see it: `shell:git status`, `edit`.
+
+    An opaque part (a command whose name is only known at run time) is allowed only by a rule equal to its
+    prefix, or by the bare namespace (`shell`) or full-auto when no deny rule of that namespace exists.
+    """
+
+    prefix: str
+    opaque: bool = False
+
+
 @dataclass
 class PermissionPolicy:
     """Mode plus allow/deny rules ("shell:git status", "edit", "shell"), and what "always" added."""
@@ -35,9 +50,11 @@ class PermissionPolicy:
     allow: list[str] = field(default_factory=list)
     deny: list[str] = field(default_factory=list)
 
-    def check(self, kind: ToolKind, prefix: str) -> Literal["allow", "deny", "ask"]:
+    def check(self, kind: ToolKind, prefix: str, opaque: bool = False) -> Literal["allow", "deny", "ask"]:
         if kind == "read":
             return "allow"
+        if opaque:
+            return self._check_opaque(prefix)
         if any(_matches(rule, prefix) for rule in self.deny):
             return "deny"
         if self.mode == "read-only":
@@ -47,6 +64,17 @@ class PermissionPolicy:
         if self.mode == "full-auto":
             return "allow"
         if self.mode == "auto-edit" and kind == "edit":
+            return "allow"
+        return "ask"
+
+    def _check_opaque(self, prefix: str) -> Literal["allow", "deny", "ask"]:
+        namespace = prefix.split(":", 1)[0]
+        if namespace in self.deny or self.mode == "read-only":
+            return "deny"
+        if prefix in self.allow:
+            return "allow"
+        denies_some = any(r.split(":", 1)[0] == namespace for r in self.deny)
+        if not denies_some and (namespace in self.allow or self.mode == "full-auto"):
             return "allow"
         return "ask"
 
@@ -69,5 +97,10 @@ class ToolContext:
     policy: PermissionPolicy = field(default_factory=PermissionPolicy)
     approve: Approver | None = None
     shell_timeout_s: float = 120.0
-    output_cap: int = 30_000
+    output_cap: int = (
+        32_000  # characters of one result (about 8k tokens); the rest is cut, head and tail kept
+    )
     before_edit: Callable[[], None] | None = None  # e.g. checkpoint the tree before a turn's first edit
+    sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)
+    cancel: threading.Event | None = None  # set when the turn is cancelled: a running command is killed
+    output_dir: Path | None = None  # full outputs of cut results; default FUGU_HOME/tool-output

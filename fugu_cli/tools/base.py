@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import difflib
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fugu_cli.errors import PathOutsideRepoError, ToolArgumentError
-from fugu_cli.tools import ApprovalRequest, ToolContext, ToolKind
+from fugu_cli.tools import ApprovalRequest, Part, ToolContext, ToolKind
 
 
 class ToolFailed(ToolArgumentError):
@@ -44,15 +45,16 @@ class Invocation:
     def root(self) -> Path:
         return self.ctx.root.resolve()
 
-    def gate(self, prefixes: list[str], summary: str, detail: str) -> None:
-        """Ask the policy (and the user, where it says "ask") for every prefix; raise if refused."""
-        decisions = [self.ctx.policy.check(self.kind, p) for p in prefixes]
-        what = ", ".join(prefixes)
+    def gate(self, parts: Sequence[str | Part], summary: str, detail: str) -> None:
+        """Ask the policy (and the user, where it says "ask") for every part; raise if refused."""
+        checked = [p if isinstance(p, Part) else Part(p) for p in parts]
+        prefixes = list(dict.fromkeys(p.prefix for p in checked))
+        verdicts = {p.prefix: self.ctx.policy.check(self.kind, p.prefix, p.opaque) for p in checked}
+        decisions = [verdicts[p] for p in prefixes]
         if "deny" in decisions or ("ask" in decisions and self.ctx.approve is None):
-            reason = "" if "deny" in decisions else "; there is no terminal to ask"
+            refused = [p for p in checked if verdicts[p.prefix] != "allow"]
             raise PermissionDenied(
-                f"Permission denied: {summary} (the user did not allow {what}{reason}; "
-                f"{_HOW_TO_ALLOW[self.kind]})"
+                f"Permission denied: {summary} ({_why(refused, verdicts)}; {_HOW_TO_ALLOW[self.kind]})"
             )
         if "ask" not in decisions or self.ctx.approve is None:
             return
@@ -90,6 +92,20 @@ class Invocation:
 
     def rel(self, path: Path) -> str:
         return path.relative_to(self.root).as_posix() or "."
+
+
+def _why(refused: list[Part], verdicts: Mapping[str, str]) -> str:
+    denied = list(dict.fromkeys(p.prefix for p in refused if verdicts[p.prefix] == "deny"))
+    unseen = [p.prefix for p in refused if p.opaque]
+    what = ", ".join(denied or list(dict.fromkeys(p.prefix for p in refused)))
+    why = f"the user did not allow {what}" + ("" if denied else "; there is no terminal to ask")
+    if unseen:
+        why += (
+            "; part of the command is only known when it runs (a command name from $(...) or a variable, "
+            "a shell reading stdin, or syntax the rule parser cannot read), so no prefix rule can allow it: "
+            "write the command out plainly"
+        )
+    return why
 
 
 def resolve_in_root(root: Path, path: str) -> Path:

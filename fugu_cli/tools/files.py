@@ -1,65 +1,96 @@
 """File tools: read_file, write_file, edit_file.
 
-Every path goes through `Invocation.resolve` (inside the repo or refused); edits show their diff to the
-permission gate before anything is written.
+Every path goes through `Invocation.resolve` (inside the repo or refused; `read_file` may also read a kept
+full output under FUGU_HOME); edits show their diff to the permission gate before anything is written, change
+only the bytes they mean to, and land atomically. FIFOs, sockets and devices are refused.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from fugu_cli.errors import PathOutsideRepoError
 from fugu_cli.tools.base import Invocation, ToolFailed, diff_counts, unified_diff
+from fugu_cli.tools.output import default_output_dir, is_output_file
+from fugu_cli.tools.textio import Decoded, atomic_write, check_writable, decode, read_bytes, shown
 
 MAX_LINES = 2000
 MAX_LINE_CHARS = 2000
-_BINARY_SAMPLE = 8192
 
 
-def read_file(inv: Invocation, path: str, start_line: int | None = None, end_line: int | None = None) -> str:
+def read_file(
+    inv: Invocation,
+    path: str,
+    start_line: int | None = None,
+    end_line: int | None = None,
+    offset: int | None = None,
+    limit: int | None = None,
+) -> str:
     """Read a text file from the repository, with line numbers (like `cat -n`).
 
-    Long files are returned 2000 lines at a time; use start_line/end_line to read other parts.
+    Long files are returned 2000 lines at a time; use offset/limit (or start_line/end_line) to read other
+    parts. Also reads the full output of a cut tool result, at the path its note gives.
 
     Args:
         path: File path, relative to the repository root.
         start_line: First line to read (1-based, inclusive). Default: 1.
         end_line: Last line to read (1-based, inclusive). Default: the end of the file (capped).
+        offset: Same as start_line: the first line to read (1-based).
+        limit: How many lines to read from there.
     """
-    target = inv.resolve(path)
-    text = _read_text(target, path)
-    lines = text.splitlines()
+    if offset is not None and start_line is not None and offset != start_line:
+        raise ToolFailed("give offset or start_line, not both (they mean the same: the first line).")
+    target = _readable(inv, path)
+    decoded = decode(read_bytes(target, path), path)
+    lines = decoded.text.splitlines()
     total = len(lines)
     if total == 0:
         return f"{path} is empty (0 lines)."
-    start = start_line if start_line is not None else 1
+    start = offset if offset is not None else (start_line if start_line is not None else 1)
     if start < 1:
-        raise ToolFailed(f"start_line must be >= 1 (got {start}); lines are numbered from 1.")
+        raise ToolFailed(f"the first line must be >= 1 (got {start}); lines are numbered from 1.")
     if start > total:
-        raise ToolFailed(f"start_line {start} is past the end of {path}, which has {total} lines.")
-    end = min(end_line, total) if end_line is not None else total
+        raise ToolFailed(f"line {start} is past the end of {path}, which has {total} lines.")
+    if limit is not None and limit < 1:
+        raise ToolFailed(f"limit must be at least 1 (got {limit}).")
+    end = total if end_line is None else min(end_line, total)
+    if limit is not None:
+        end = min(end, start + limit - 1)
     if end < start:
-        raise ToolFailed(f"end_line ({end_line}) is before start_line ({start}).")
+        raise ToolFailed(f"end_line ({end_line}) is before the first line ({start}).")
+    return _numbered(lines, start, end, total, inv.ctx.output_cap, decoded.note)
+
+
+def _numbered(lines: list[str], start: int, end: int, total: int, cap: int, note: str) -> str:
     stop = min(end, start + MAX_LINES - 1)
-    budget = max(inv.ctx.output_cap - 200, 1000)
-    out: list[str] = []
+    budget = max(cap - 300, 1000)
+    out: list[str] = [f"[{note}]"] if note else []
     used = 0
     last = start - 1
     for number in range(start, stop + 1):
-        line = lines[number - 1]
+        line = shown(lines[number - 1])
         if len(line) > MAX_LINE_CHARS:
             line = line[:MAX_LINE_CHARS] + f" [... {len(line) - MAX_LINE_CHARS} characters cut]"
         row = f"{number:6}\t{line}"
-        if out and used + len(row) + 1 > budget:
+        if last >= start and used + len(row) + 1 > budget:
             break
         out.append(row)
         used += len(row) + 1
         last = number
     if last < end:
         out.append(
-            f"[showing lines {start}-{last} of {total}; call read_file with start_line={last + 1} "
-            "to read more]"
+            f"[showing lines {start}-{last} of {total}; call read_file with offset={last + 1} to read more]"
         )
     return "\n".join(out)
+
+
+def _readable(inv: Invocation, path: str) -> Path:
+    try:
+        return inv.resolve(path)
+    except PathOutsideRepoError:
+        if is_output_file(Path(path), inv.ctx.output_dir or default_output_dir()):
+            return Path(path).resolve()
+        raise
 
 
 def write_file(inv: Invocation, path: str, content: str) -> str:
@@ -73,23 +104,24 @@ def write_file(inv: Invocation, path: str, content: str) -> str:
     """
     target = inv.resolve(path)
     rel = _writable(inv, target)
-    old = _read_text(target, path) if target.exists() else None
-    diff = unified_diff(rel, old, content)
+    old = decode(read_bytes(target, path), path) if target.exists() else None
+    data = (old or Decoded("")).encode(content, rel)
+    diff = unified_diff(rel, shown(old.text) if old else None, shown(content))
     added, removed = diff_counts(diff)
     if old is None:
         summary = f"create {rel} ({len(content.splitlines())} lines)"
     else:
-        summary = f"write {rel} (+{added} -{removed})"
+        summary = f"write {rel} (+{added} -{removed}{_note(old)})"
     inv.gate(["edit"], summary, diff)
     inv.before_write()
     target.parent.mkdir(parents=True, exist_ok=True)
-    _write_text(target, content)
+    atomic_write(target, data)
     inv.touched(rel)
     if old is None:
         return f"Created {rel} (+{len(content.splitlines())} lines)."
-    if old == content:
+    if old.text == content:
         return f"{rel} already had this content; nothing changed."
-    return f"Updated {rel} (+{added} -{removed}).\n{diff}"
+    return f"Updated {rel} (+{added} -{removed}{_note(old)}).\n{diff}"
 
 
 def edit_file(inv: Invocation, path: str, old_text: str, new_text: str) -> str:
@@ -107,7 +139,8 @@ def edit_file(inv: Invocation, path: str, old_text: str, new_text: str) -> str:
     rel = _writable(inv, target)
     if not target.exists():
         raise ToolFailed(f"{path} does not exist. Use write_file to create a new file.")
-    old = _read_text(target, path)
+    decoded = decode(read_bytes(target, path), path)
+    old = decoded.text
     if not old_text:
         raise ToolFailed("old_text is empty. Give the exact text to replace (use write_file for new files).")
     if old_text == new_text:
@@ -122,13 +155,18 @@ def edit_file(inv: Invocation, path: str, old_text: str, new_text: str) -> str:
             "Include more surrounding lines in old_text so that it matches exactly once."
         )
     new = old.replace(old_text, new_text, 1)
-    diff = unified_diff(rel, old, new)
+    data = decoded.encode(new, rel)
+    diff = unified_diff(rel, shown(old), shown(new))
     added, removed = diff_counts(diff)
-    inv.gate(["edit"], f"edit {rel} (+{added} -{removed})", diff)
+    inv.gate(["edit"], f"edit {rel} (+{added} -{removed}{_note(decoded)})", diff)
     inv.before_write()
-    _write_text(target, new)
+    atomic_write(target, data)
     inv.touched(rel)
-    return f"Edited {rel} (+{added} -{removed}).\n{diff}"
+    return f"Edited {rel} (+{added} -{removed}{_note(decoded)}).\n{diff}"
+
+
+def _note(decoded: Decoded) -> str:
+    return f", {decoded.note}" if decoded.note else ""
 
 
 def _writable(inv: Invocation, target: Path) -> str:
@@ -137,23 +175,8 @@ def _writable(inv: Invocation, target: Path) -> str:
         raise ToolFailed(f"{rel} is a directory; give a file path.")
     if rel == ".git" or rel.startswith(".git/"):
         raise ToolFailed("Files inside .git cannot be written with file tools; use git commands instead.")
+    check_writable(target, rel)
     return rel
-
-
-def _read_text(target: Path, shown: str) -> str:
-    if not target.exists():
-        raise ToolFailed(f"{shown} does not exist. Use glob to find files.")
-    if target.is_dir():
-        raise ToolFailed(f"{shown} is a directory, not a file. Use glob (e.g. '{shown}/*') to list it.")
-    data = target.read_bytes()
-    if b"\x00" in data[:_BINARY_SAMPLE]:
-        raise ToolFailed(f"{shown} is a binary file ({len(data)} bytes); it cannot be shown as text.")
-    # newline="" semantics: keep \r\n as it is so edits do not rewrite line endings.
-    return data.decode("utf-8", errors="replace")
-
-
-def _write_text(target: Path, content: str) -> None:
-    target.write_bytes(content.encode("utf-8"))
 
 
 def _match_lines(text: str, needle: str) -> list[int]:

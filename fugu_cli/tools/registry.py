@@ -1,7 +1,7 @@
 """The tool registry: JSON schemas from typed functions + docstrings, argument checks, and `run`.
 
 `ToolRegistry.run` never raises on a model's mistake or a tool's failure: everything becomes a ToolResult
-the model can read and act on.
+the model can read and act on, redacted and bounded.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from fugu_cli.errors import FuguError
+from fugu_cli.redact import redact
 from fugu_cli.tools import ToolContext, ToolKind
-from fugu_cli.tools.base import Invocation, PermissionDenied, cap_text, elapsed_ms
+from fugu_cli.tools.base import Invocation, PermissionDenied, elapsed_ms
+from fugu_cli.tools.output import bound, default_output_dir
 from fugu_cli.types import ToolCall, ToolResult
 
 ToolFunction = Callable[..., str]
@@ -146,7 +148,7 @@ class ToolRegistry:
         return ToolResult(
             call_id=call.id,
             name=call.name,
-            content=cap_text(content, ctx.output_cap),
+            content=_bounded(content, ctx, call.name),
             exit_code=inv.exit_code,
             duration_ms=elapsed_ms(start),
             files_touched=tuple(inv.files_touched),
@@ -156,17 +158,23 @@ class ToolRegistry:
 def _error(
     call: ToolCall, start: float, message: str, inv: Invocation | None = None, denied: bool = False
 ) -> ToolResult:
-    cap = inv.ctx.output_cap if inv else 30_000
     return ToolResult(
         call_id=call.id,
         name=call.name,
-        content=cap_text(message, cap),
+        content=_bounded(message, inv.ctx if inv else None, call.name),
         is_error=True,
         exit_code=inv.exit_code if inv else None,
         duration_ms=elapsed_ms(start),
         files_touched=tuple(inv.files_touched) if inv else (),
         denied=denied,
     )
+
+
+def _bounded(content: str, ctx: ToolContext | None, tool: str) -> str:
+    """What the model sees: secrets redacted, then bounded to the budget (the full text kept in a file)."""
+    if ctx is None:
+        return bound(redact(content), 32_000, None)
+    return bound(redact(content), ctx.output_cap, ctx.output_dir or default_output_dir(), tool)
 
 
 class _BadArguments(FuguError):

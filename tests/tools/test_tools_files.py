@@ -32,8 +32,8 @@ def test_read_file_numbers_lines_and_ranges(repo: Path, call: Call) -> None:
         ({"path": "nope.txt"}, "nope.txt does not exist"),
         ({"path": "src"}, "src is a directory"),
         ({"path": "blob.bin"}, "binary file"),
-        ({"path": "README.md", "start_line": 5}, "past the end of README.md, which has 1 lines"),
-        ({"path": "README.md", "start_line": 0}, "start_line must be >= 1"),
+        ({"path": "README.md", "start_line": 5}, "line 5 is past the end of README.md, which has 1 lines"),
+        ({"path": "README.md", "start_line": 0}, "the first line must be >= 1"),
     ],
 )
 def test_read_file_errors(repo: Path, call: Call, kwargs: dict[str, object], needle: str) -> None:
@@ -50,7 +50,7 @@ def test_read_file_caps_large_files_with_a_note(
     result = call("read_file", ctx=make_ctx(output_cap=100_000), path="big.txt")
     assert not result.is_error
     assert "  2000\trow 2000" in result.content and "row 2001" not in result.content
-    assert "call read_file with start_line=2001" in result.content
+    assert "call read_file with offset=2001" in result.content
     rest = call("read_file", ctx=make_ctx(output_cap=100_000), path="big.txt", start_line=2001)
     assert rest.content.endswith("  3000\trow 3000")
 
@@ -60,7 +60,7 @@ def test_read_file_respects_output_cap(repo: Path, call: Call, make_ctx: Callabl
     result = call("read_file", ctx=make_ctx(output_cap=5000), path="wide.txt")
     assert len(result.content) <= 5000
     last = int(result.content.splitlines()[-2].split("\t")[0])
-    assert f"start_line={last + 1}" in result.content
+    assert f"offset={last + 1}" in result.content
 
 
 def test_write_file_creates_parents_and_reports(repo: Path, call: Call) -> None:

@@ -15,7 +15,7 @@ from fugu_cli.types import ToolCall, ToolResult
 Call = Callable[..., ToolResult]
 
 EXPECTED = {
-    "read_file": ("read", {"path"}, {"start_line", "end_line"}),
+    "read_file": ("read", {"path"}, {"start_line", "end_line", "offset", "limit"}),
     "glob": ("read", {"pattern"}, set()),
     "grep": ("read", {"pattern"}, {"path"}),
     "edit_file": ("edit", {"path", "old_text", "new_text"}, set()),
