@@ -1,7 +1,7 @@
-"""All of fugu's git: the git_* tools, plus checkpoints and worktrees for /undo and ultra mode.
+"""All of fugu's git: the git_* tools, checkpoints and worktrees for /undo and ultra mode, and their cleanup.
 
-The only module that runs git. It shells out to the `git` binary (gitpython, if ever needed, is imported
-lazily here and nowhere else). Checkpoints never touch the user's index, HEAD or branch.
+Every git command goes through `gitrun.git` (hardened against the repository's own config, sandboxed, minimal
+environment). Checkpoints never touch the user's index, HEAD or branch.
 """
 
 from __future__ import annotations
@@ -9,14 +9,15 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from fugu_cli.errors import FuguError
 from fugu_cli.tools.base import Invocation, ToolFailed
+from fugu_cli.tools.gitrun import GitError as GitError
+from fugu_cli.tools.gitrun import git as _git
+from fugu_cli.tools.textio import shown
 
 CHECKPOINT_REF = "refs/fugu/checkpoints/"
 _IDENTITY = {
@@ -25,29 +26,7 @@ _IDENTITY = {
     "GIT_COMMITTER_NAME": "fugu",
     "GIT_COMMITTER_EMAIL": "fugu@localhost",
 }
-
-
-class GitError(FuguError):
-    """A git command failed; the message carries git's own words."""
-
-
-def _git(
-    cwd: Path, *args: str, env: Mapping[str, str] | None = None, input: str | None = None, check: bool = True
-) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", **(env or {})}
-    proc = subprocess.run(
-        ["git", *args],
-        cwd=cwd,
-        env=full_env,
-        input=input if input is not None else "",
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        errors="replace",
-    )
-    if check and proc.returncode != 0:
-        raise GitError(f"git {' '.join(args[:3])} failed: {(proc.stderr or proc.stdout).strip()}")
-    return proc
+_NO_DRIVERS = ("--no-ext-diff", "--no-textconv")
 
 
 def _require_repo(root: Path) -> None:
@@ -66,7 +45,7 @@ def _head(root: Path) -> str | None:
 def git_status(inv: Invocation) -> str:
     """Show the current branch and which files are modified, staged or untracked (git status --short)."""
     _require_repo(inv.root)
-    out = _git(inv.root, "status", "--short", "--branch").stdout.rstrip()
+    out = shown(_git(inv.root, "status", "--short", "--branch", cancel=inv.ctx.cancel).stdout.rstrip())
     return out if "\n" in out else f"{out}\nNothing to commit, working tree clean."
 
 
@@ -80,18 +59,19 @@ def git_diff(inv: Invocation, path: str | None = None) -> str:
     """
     _require_repo(inv.root)
     spec = [inv.rel(inv.resolve(path))] if path else []
+    cancel = inv.ctx.cancel
     if _head(inv.root):
-        diff = _git(inv.root, "diff", "HEAD", "--", *spec).stdout
+        diff = _git(inv.root, "diff", *_NO_DRIVERS, "HEAD", "--", *spec, cancel=cancel).stdout
     else:
         diff = (
-            _git(inv.root, "diff", "--cached", "--", *spec).stdout
-            + _git(inv.root, "diff", "--", *spec).stdout
+            _git(inv.root, "diff", *_NO_DRIVERS, "--cached", "--", *spec, cancel=cancel).stdout
+            + _git(inv.root, "diff", *_NO_DRIVERS, "--", *spec, cancel=cancel).stdout
         )
     untracked = _git(inv.root, "ls-files", "--others", "--exclude-standard", "--", *spec).stdout.split()
     note = ("\nUntracked files:\n" + "\n".join(untracked)) if untracked else ""
     if not diff and not note:
         return "No uncommitted changes."
-    return (diff.rstrip() + note).strip()
+    return shown((diff.rstrip() + note).strip())
 
 
 def git_log(inv: Invocation, n: int | None = None) -> str:
@@ -107,7 +87,7 @@ def git_log(inv: Invocation, n: int | None = None) -> str:
     if not _head(inv.root):
         return "No commits yet."
     fmt = "--format=%h %ad %an: %s"
-    return _git(inv.root, "log", f"-n{min(count, 200)}", "--date=short", fmt).stdout.rstrip()
+    return shown(_git(inv.root, "log", f"-n{min(count, 200)}", "--date=short", fmt).stdout.rstrip())
 
 
 def git_commit(inv: Invocation, message: str) -> str:
@@ -125,37 +105,37 @@ def git_commit(inv: Invocation, message: str) -> str:
     subject = message.strip().splitlines()[0]
     inv.gate(["git_commit"], f"git commit: {subject[:120]}", f"{message}\n\n{status}")
     inv.before_write()
-    _git(inv.root, "add", "-A")
+    _git(inv.root, "add", "-A", write=True)
     staged = _git(inv.root, "diff", "--cached", "--name-only", "-z").stdout.split("\0")
     if not any(staged):
         raise ToolFailed("Nothing to commit: no changes after staging (only ignored files changed?).")
-    proc = _git(inv.root, "commit", "-q", "--no-verify", "-F", "-", input=message, check=False)
+    proc = _git(inv.root, "commit", "-q", "--no-verify", "-F", "-", input=message, check=False, write=True)
     if proc.returncode != 0:
         raise ToolFailed(f"git commit failed: {(proc.stderr or proc.stdout).strip()}")
     for path in filter(None, staged):
         inv.touched(path)
-    return _git(inv.root, "log", "-1", "--stat", "--format=Committed %h %s").stdout.rstrip()
+    return shown(_git(inv.root, "log", "-1", "--stat", "--format=Committed %h %s").stdout.rstrip())
 
 
 # --- library functions for /undo and ultra mode -------------------------------------------------------
 
 
 @contextmanager
-def _scratch_index(cwd: Path) -> Iterator[dict[str, str]]:
+def _scratch_index(cwd: Path) -> Iterator[tuple[dict[str, str], Path]]:
     """A throwaway index seeded from the real one (for its stat cache), so `git add -A` stays fast."""
     real = Path(_git(cwd, "rev-parse", "--path-format=absolute", "--git-path", "index").stdout.strip())
     with tempfile.TemporaryDirectory(prefix="fugu-index-") as tmp:
         scratch = Path(tmp) / "index"
         if real.exists():
             shutil.copy2(real, scratch)
-        yield {"GIT_INDEX_FILE": str(scratch)}
+        yield {"GIT_INDEX_FILE": str(scratch)}, Path(tmp)
 
 
 def _snapshot_tree(cwd: Path) -> str:
     """The tree object of the working tree as it is now, untracked (not ignored) files included."""
-    with _scratch_index(cwd) as env:
-        _git(cwd, "add", "-A", "--", ".", env=env)
-        return _git(cwd, "write-tree", env=env).stdout.strip()
+    with _scratch_index(cwd) as (env, tmp):
+        _git(cwd, "add", "-A", "--", ".", env=env, write=True, writable=[tmp])
+        return _git(cwd, "write-tree", env=env, write=True, writable=[tmp]).stdout.strip()
 
 
 def checkpoint(root: Path, label: str) -> str:
@@ -169,9 +149,10 @@ def checkpoint(root: Path, label: str) -> str:
     tree = _snapshot_tree(root)
     head = _head(root)
     parents = ["-p", head] if head else []
-    sha = _git(root, "commit-tree", tree, *parents, "-m", f"fugu checkpoint {label}", env=_IDENTITY)
+    message = f"fugu checkpoint {label}"
+    sha = _git(root, "commit-tree", tree, *parents, "-m", message, env=_IDENTITY, write=True)
     commit = sha.stdout.strip()
-    _git(root, "update-ref", ref, commit)
+    _git(root, "update-ref", ref, commit, write=True)
     return commit
 
 
@@ -196,9 +177,20 @@ def restore_checkpoint(root: Path, sha: str) -> list[str]:
             p = top / path
             if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p)
-        with _scratch_index(root) as env:
-            _git(root, "read-tree", target, env=env)
-            _git(root, "checkout-index", "-f", "-z", "--stdin", env=env, input="\0".join(restore) + "\0")
+        with _scratch_index(root) as (env, tmp):
+            _git(root, "read-tree", target, env=env, write=True, writable=[tmp])
+            files = "\0".join(restore) + "\0"
+            _git(
+                root,
+                "checkout-index",
+                "-f",
+                "-z",
+                "--stdin",
+                env=env,
+                input=files,
+                write=True,
+                writable=[tmp],
+            )
     return sorted(path for _, path in changes)
 
 
@@ -223,16 +215,16 @@ def add_worktree(root: Path, dest: Path, base: str | None = None) -> str:
         start = checkpoint(root, _worktree_label(dest))
     else:
         start = _git(root, "rev-parse", "--verify", f"{base}^{{commit}}").stdout.strip()
-    _git(root, "worktree", "add", "--detach", str(dest), start)
+    _git(root, "worktree", "add", "--detach", str(dest), start, write=True, writable=[dest.parent])
     return start
 
 
 def remove_worktree(root: Path, dest: Path) -> None:
     """Delete the worktree at `dest` (uncommitted changes in it are discarded) and forget it."""
     if dest.exists():
-        _git(root, "worktree", "remove", "--force", str(dest))
-    _git(root, "worktree", "prune")
-    _git(root, "update-ref", "-d", CHECKPOINT_REF + _worktree_label(dest), check=False)
+        _git(root, "worktree", "remove", "--force", str(dest), write=True, writable=[dest.parent])
+    _git(root, "worktree", "prune", write=True)
+    _git(root, "update-ref", "-d", CHECKPOINT_REF + _worktree_label(dest), check=False, write=True)
 
 
 def _worktree_label(dest: Path) -> str:
@@ -242,7 +234,7 @@ def _worktree_label(dest: Path) -> str:
 def worktree_diff(dest: Path, base: str) -> str:
     """A binary-safe patch (for `git apply`) of all changes in `dest` since `base`, untracked included."""
     tree = _snapshot_tree(dest)
-    return _git(dest, "diff", "--binary", "--full-index", "--no-renames", base, tree).stdout
+    return _git(dest, "diff", *_NO_DRIVERS, "--binary", "--full-index", "--no-renames", base, tree).stdout
 
 
 def apply_patch(root: Path, patch: str) -> tuple[bool, str]:
@@ -256,6 +248,120 @@ def apply_patch(root: Path, patch: str) -> tuple[bool, str]:
     if check.returncode != 0:
         return False, f"The patch does not apply cleanly; nothing was changed:\n{check.stderr.strip()}"
     files = _git(root, "apply", "--numstat", "-", input=patch).stdout
-    _git(root, "apply", "--whitespace=nowarn", "-", input=patch)
+    _git(root, "apply", "--whitespace=nowarn", "-", input=patch, write=True)
     names = [line.split("\t", 2)[2] for line in files.splitlines() if line.count("\t") >= 2]
     return True, "Applied changes to: " + ", ".join(names)
+
+
+# --- cleanup: checkpoints of old sessions, worktrees of runs that died ---------------------------------
+
+_SESSION_ID = re.compile(r"^(\d{8}-\d{6}-[0-9a-f]{6})(?:-|$)")
+WORKTREE_LOCK = ".fugu-run.lock"
+
+
+def prune_checkpoints(root: Path, keep_sessions: int = 20, keep: frozenset[str] = frozenset()) -> list[str]:
+    """Delete the checkpoint refs of all but the newest `keep_sessions` sessions; return the refs deleted.
+
+    Sessions are ranked by their newest checkpoint. Refs whose label does not start with a session id
+    (`worktree-*`) and sessions in `keep` (the one running) are left alone.
+    """
+    listing = _git(
+        root, "for-each-ref", "--format=%(refname)%00%(committerdate:unix)", CHECKPOINT_REF, check=False
+    ).stdout
+    newest: dict[str, int] = {}
+    refs: dict[str, list[str]] = {}
+    for line in listing.splitlines():
+        ref, _, when = line.partition("\0")
+        match = _SESSION_ID.match(ref.removeprefix(CHECKPOINT_REF))
+        if not match:
+            continue
+        sid = match.group(1)
+        refs.setdefault(sid, []).append(ref)
+        newest[sid] = max(newest.get(sid, 0), int(when or 0))
+    ranked = sorted(newest, key=lambda s: (newest[s], s), reverse=True)
+    doomed = [ref for sid in ranked[max(keep_sessions, 0) :] if sid not in keep for ref in refs[sid]]
+    if doomed:
+        _git(root, "update-ref", "--stdin", input="".join(f"delete {r}\n" for r in doomed), write=True)
+    return doomed
+
+
+@contextmanager
+def hold_worktrees(folder: Path) -> Iterator[Path]:
+    """Mark `folder` (one run's worktrees, FUGU_HOME/worktrees/<session>) as in use while the block runs.
+
+    The mark is an flock the kernel drops when the process dies, so `remove_stale_worktrees` in a later
+    run knows this folder's worktrees were left by a run that was killed.
+    """
+    import fcntl
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / WORKTREE_LOCK).open("a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        yield folder
+
+
+def _in_use(folder: Path) -> bool:
+    import fcntl
+
+    try:
+        with (folder / WORKTREE_LOCK).open("a") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+            return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
+def registered_worktrees(root: Path) -> list[Path]:
+    """The linked worktrees git knows for `root` (the main one excluded)."""
+    out = _git(root, "worktree", "list", "--porcelain", "-z", check=False).stdout
+    paths = [Path(f[len("worktree ") :]) for f in out.split("\0") if f.startswith("worktree ")]
+    return paths[1:]
+
+
+def stale_worktrees(root: Path, worktrees_home: Path) -> list[Path]:
+    """Worktrees of `root` under `worktrees_home` whose run is gone (its folder is not held)."""
+    home = worktrees_home.resolve() if worktrees_home.exists() else worktrees_home
+    stale: list[Path] = []
+    for path in registered_worktrees(root):
+        try:
+            rel = path.relative_to(home)
+        except ValueError:
+            continue
+        if rel.parts and not _in_use(home / rel.parts[0]):
+            stale.append(path)
+    return stale
+
+
+def remove_stale_worktrees(root: Path, worktrees_home: Path) -> list[Path]:
+    """Remove the worktrees a killed run left (and their checkpoint refs), prune git's records of vanished
+    ones, and delete run folders under `worktrees_home` that hold nothing else; return what was removed."""
+    removed: list[Path] = []
+    for path in stale_worktrees(root, worktrees_home):
+        if path.exists():
+            _git(
+                root,
+                "worktree",
+                "remove",
+                "--force",
+                str(path),
+                check=False,
+                write=True,
+                writable=[path.parent],
+            )
+            shutil.rmtree(path, ignore_errors=True)
+        _git(root, "update-ref", "-d", CHECKPOINT_REF + _worktree_label(path), check=False, write=True)
+        removed.append(path)
+    _git(root, "worktree", "prune", write=True)
+    if worktrees_home.is_dir():
+        for run in worktrees_home.iterdir():
+            if run.is_dir() and not _in_use(run) and _holds_nothing(run):
+                shutil.rmtree(run, ignore_errors=True)
+    return removed
+
+
+def _holds_nothing(folder: Path) -> bool:
+    """True if `folder` has only empty folders and the lock file: no worktree of any repository is left."""
+    return all(f == WORKTREE_LOCK for _, _dirs, files in os.walk(folder) for f in files)

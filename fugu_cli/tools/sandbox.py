@@ -49,6 +49,47 @@ ENV_ALLOW = frozenset(
         "GIT_COMMITTER_EMAIL",
     }
 )
+# Toolchains' own settings (Python, Node, Rust, Go, Java, C): what builds and tests need to behave as the
+# user's shell does. A secret-named one (NPM_CONFIG_..._authToken) is still dropped.
+ENV_ALLOW_PREFIXES = (
+    "LC_",
+    "PYTHON",
+    "PIP_",
+    "UV_",
+    "VIRTUAL_ENV",
+    "CONDA_",
+    "CARGO_",
+    "RUSTUP_",
+    "RUSTFLAGS",
+    "GOPATH",
+    "GOROOT",
+    "GOFLAGS",
+    "GOCACHE",
+    "GOMODCACHE",
+    "GOPROXY",
+    "GOPRIVATE",
+    "GOBIN",
+    "GO111MODULE",
+    "GOTOOLCHAIN",
+    "JAVA_HOME",
+    "MAVEN_",
+    "GRADLE_",
+    "NODE_",
+    "NPM_CONFIG_",
+    "NVM_",
+    "PNPM_",
+    "DOTNET_",
+    "CC",
+    "CXX",
+    "CFLAGS",
+    "CPPFLAGS",
+    "LDFLAGS",
+    "PKG_CONFIG_PATH",
+    "SSL_CERT_",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "CI",
+)
 _NETWORK_ENV = frozenset({"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"})
 NON_INTERACTIVE = {
     "GIT_TERMINAL_PROMPT": "0",
@@ -72,7 +113,7 @@ DEFAULT_HIDE = (
     "~/.pypirc",
 )
 # Inside a writable workspace these stay read-only: they would run code or change fugu's settings later.
-PROTECTED = (".git/hooks", ".git/config", ".fugu", ".mcp.json")
+PROTECTED = (".git/hooks", ".git/config", ".git/worktrees", ".fugu", ".mcp.json")
 
 
 @dataclass(frozen=True)
@@ -170,7 +211,7 @@ def minimal_env(
     env = {
         k: v
         for k, v in os.environ.items()
-        if (k in allowed or k.startswith("LC_")) and (k in pass_env or not is_secret_name(k))
+        if (k in allowed or k.startswith(ENV_ALLOW_PREFIXES)) and (k in pass_env or not is_secret_name(k))
     }
     env.setdefault("PATH", os.defpath)
     env.update(NON_INTERACTIVE)
@@ -213,14 +254,23 @@ def git_dirs(root: Path) -> list[Path]:
 
 
 def bwrap_options(
-    policy: SandboxPolicy, workspace: Path, writable: Sequence[Path] = (), protect: bool = True
+    policy: SandboxPolicy,
+    workspace: Path,
+    writable: Sequence[Path] = (),
+    protect: bool = True,
+    whole_fs: bool = False,
 ) -> list[str]:
-    """bwrap's options (everything before `--`) for a command working in `workspace`."""
+    """bwrap's options (everything before `--`) for a command working in `workspace`.
+
+    `whole_fs` (git's worktree bookkeeping, which must see every worktree wherever it is) keeps the real
+    /tmp and hides nothing; the filesystem stays read-only outside the binds.
+    """
     opts = ["--unshare-all", "--die-with-parent", "--new-session"]
     if policy.allow_network:
         opts.append("--share-net")
-    opts += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    hidden = _hidden(policy)
+    opts += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    opts += [] if whole_fs else ["--tmpfs", "/tmp"]
+    hidden = [] if whole_fs else _hidden(policy)
     write = policy.mode == "workspace-write"
     gits = git_dirs(workspace)
     binds: dict[Path, bool] = {}
@@ -264,6 +314,7 @@ def spawn(
     stdout: int | IO[bytes] | None = subprocess.PIPE,
     stderr: int | IO[bytes] | None = subprocess.STDOUT,
     protect: bool = True,
+    whole_fs: bool = False,
 ) -> tuple[subprocess.Popen[bytes], bool]:
     """Start `argv` in `cwd` inside the sandbox; return (process, sandboxed).
 
@@ -288,7 +339,7 @@ def spawn(
             start_new_session=True,
         )
         return proc, False
-    options = [*bwrap_options(policy, cwd, writable, protect), "--chdir", str(cwd.resolve())]
+    options = [*bwrap_options(policy, cwd, writable, protect, whole_fs), "--chdir", str(cwd.resolve())]
     read_fd, write_fd = os.pipe()
     try:
         # options go through a pipe: the sandbox's /proc/1/cmdline shows none of fugu's paths
@@ -342,6 +393,7 @@ def run(
     merge_stderr: bool = True,
     sink: Callable[[bytes], None] | None = None,
     protect: bool = True,
+    whole_fs: bool = False,
 ) -> Finished:
     """Run `argv` in the sandbox to its end, the timeout, or `cancel`; everything it started dies with it.
 
@@ -358,6 +410,7 @@ def run(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
         protect=protect,
+        whole_fs=whole_fs,
     )
     out, err = bytearray(), bytearray()
     feeder = _feed(proc, input) if input is not None else None
