@@ -232,7 +232,7 @@ class Agent:
         messages: list[Message],
         on_message: Callable[[Message], None],
     ) -> list[ToolResult]:
-        ctx = dataclasses.replace(self.d.tool_ctx, agent=worker)
+        ctx = dataclasses.replace(self.d.tool_ctx, agent=worker, cancel=cancel)
         results: list[ToolResult] = []
         for call in reply.tool_calls:
             if cancel is not None and cancel.is_set():

@@ -20,12 +20,13 @@ from fugu_cli.events import ignore
 from fugu_cli.ledger import Ledger
 from fugu_cli.llm import LLM
 from fugu_cli.pool import POOL_HINT, configured_pool, key_missing
+from fugu_cli.redact import register_secret_env
 from fugu_cli.router import Router
 from fugu_cli.router.prior import PriorRouter
 from fugu_cli.router.roles import role_instructions
 from fugu_cli.session import Session, SessionConfig, SessionDeps
 from fugu_cli.store import Store, new_session_id
-from fugu_cli.tools import Approver, PermissionPolicy, ToolContext
+from fugu_cli.tools import Approver, PermissionPolicy, configure_tools
 from fugu_cli.types import Message, Worker
 
 if TYPE_CHECKING:
@@ -215,6 +216,7 @@ def build_session(
         raise UsageError(
             f"--worker {config.worker}: no such usable worker; choose one of: {', '.join(names)}"
         )
+    register_secret_env(w.api_key_env for w in pool)
     router = build_router(config, pool)
     mode: PermissionModeName = config.permission_mode or "ask"
     policy = PermissionPolicy(
@@ -234,9 +236,7 @@ def build_session(
     agent = AgentDeps(
         llm=llm or make_llm(config),
         tools=ToolRegistry.default(),
-        tool_ctx=ToolContext(
-            root=root, agent="", policy=policy, approve=approver, shell_timeout_s=config.shell_timeout_s
-        ),
+        tool_ctx=configure_tools(config, root, policy, approver),
         ledger=Ledger(store, sid),
         workers={w.name: w for w in pool},
         emit=ignore,

@@ -49,6 +49,30 @@ class PermissionSettings(BaseModel):
     deny: list[str] = Field(default_factory=list)
 
 
+SandboxModeName = Literal["read-only", "workspace-write", "off"]
+
+
+class SandboxSettings(BaseModel):
+    """`[sandbox]`: how every command fugu starts is confined (see docs/SECURITY.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: SandboxModeName = "workspace-write"
+    allow_network: bool = False
+    pass_env: list[str] = Field(default_factory=list)  # extra variables commands may see
+    writable: list[str] = Field(default_factory=list)  # extra writable paths, e.g. "~/.cache/uv"
+    hide: list[str] | None = None  # paths made invisible; None: the default credential folders
+
+
+class ToolSettings(BaseModel):
+    """`[tools]`: bounds on tool output and what fugu keeps."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    output_tokens: int = Field(default=8000, ge=250)  # one tool result, estimated as characters / 4
+    keep_checkpoint_sessions: int = Field(default=20, ge=1)
+
+
 class UltraSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -77,6 +101,8 @@ class Config(BaseModel):
     llm: LLMSettings = Field(default_factory=LLMSettings)
     permissions: PermissionSettings = Field(default_factory=PermissionSettings)
     ultra_settings: UltraSettings = Field(default_factory=UltraSettings, alias="ultra-settings")
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    tools: ToolSettings = Field(default_factory=ToolSettings)
 
 
 ENV_KEYS: dict[str, str] = {

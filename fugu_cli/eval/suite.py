@@ -6,9 +6,7 @@ no store and no printing; a bad suite is a UsageError (exit 2) that names the fi
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
 import time
 import tomllib
@@ -230,30 +228,24 @@ def restore_protected(task: Task, repo: Path) -> None:
 
 
 def run_check(task: Task, repo: Path) -> CheckResult:
-    """Run the task's check command in `repo` (a shell command); exit 0 means solved. The whole process
-    group is killed at the timeout, so a check that forks cannot outlive it."""
+    """Run the task's check command in `repo` (a shell command); exit 0 means solved. It runs in the
+    sandbox like every command fugu starts: the repo writable, a minimal environment, and everything it
+    started killed at its end or at the timeout."""
+    from fugu_cli.tools import sandbox
+
     started = time.monotonic()
-    proc = subprocess.Popen(
-        task.check,
-        shell=True,
-        cwd=repo,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=task.check_timeout_s)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        out, _ = proc.communicate()
-        tail = (out or "")[-2000:]
+    kept = bytearray()
+
+    def keep_tail(chunk: bytes) -> None:
+        kept.extend(chunk)
+        del kept[: max(len(kept) - 8000, 0)]
+
+    done = sandbox.run(["bash", "-c", task.check], cwd=repo, timeout=task.check_timeout_s, sink=keep_tail)
+    out = kept.decode("utf-8", errors="replace")
+    notice = sandbox.take_notice()
+    tail = (f"{notice}\n" if notice else "") + out[-2000:]
+    if done.timed_out:
         note = f"\n(check timed out after {task.check_timeout_s:g} s)"
         return CheckResult(False, None, True, tail + note, time.monotonic() - started)
-    code = proc.returncode
-    return CheckResult(code == 0, code, False, (out or "")[-2000:], time.monotonic() - started)
+    code = done.exit_code
+    return CheckResult(code == 0, code, False, tail, time.monotonic() - started)

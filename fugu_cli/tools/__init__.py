@@ -6,9 +6,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from fugu_cli.tools.sandbox import SandboxPolicy
+
+if TYPE_CHECKING:
+    from fugu_cli.config import Config
 
 PermissionMode = Literal["ask", "auto-edit", "full-auto", "read-only"]
 ToolKind = Literal["read", "edit", "exec"]
@@ -104,3 +107,22 @@ class ToolContext:
     sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)
     cancel: threading.Event | None = None  # set when the turn is cancelled: a running command is killed
     output_dir: Path | None = None  # full outputs of cut results; default FUGU_HOME/tool-output
+
+
+def configure_tools(
+    config: Config, root: Path, policy: PermissionPolicy, approve: Approver | None
+) -> ToolContext:
+    """Apply `config` to the tools: the sandbox of fugu's own git calls, and the model's tool context."""
+    from fugu_cli.tools.sandbox import policy_from_config, set_default_policy
+
+    sandbox = policy_from_config(config.sandbox)
+    set_default_policy(sandbox)
+    return ToolContext(
+        root=root,
+        agent="",
+        policy=policy,
+        approve=approve,
+        shell_timeout_s=config.shell_timeout_s,
+        output_cap=config.tools.output_tokens * 4,
+        sandbox=sandbox,
+    )

@@ -20,9 +20,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, TYPE_CHECKING, Literal
 
 from fugu_cli.redact import is_secret_name
+
+if TYPE_CHECKING:
+    from fugu_cli.config import SandboxSettings
 
 SandboxMode = Literal["read-only", "workspace-write", "off"]
 log = logging.getLogger("fugu.sandbox")
@@ -148,6 +151,17 @@ class _Notice:
 
 _notice = _Notice()
 _default_policy: list[SandboxPolicy] = [SandboxPolicy()]
+
+
+def policy_from_config(settings: SandboxSettings) -> SandboxPolicy:
+    """The policy `[sandbox]` in config describes."""
+    return SandboxPolicy(
+        mode=settings.mode,
+        allow_network=settings.allow_network,
+        pass_env=tuple(settings.pass_env),
+        writable=tuple(settings.writable),
+        hide=DEFAULT_HIDE if settings.hide is None else tuple(settings.hide),
+    )
 
 
 def set_default_policy(policy: SandboxPolicy) -> None:
