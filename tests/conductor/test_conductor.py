@@ -11,6 +11,7 @@ import pytest
 
 from fugu_cli import memory
 from fugu_cli.app import RunOptions, build_session
+from fugu_cli.config import fugu_home
 from fugu_cli.errors import UsageError
 from fugu_cli.events import Event, Notice, WorkflowPlanned, WorkflowStepFinished
 from fugu_cli.llm.scripted import ScriptedLLM
@@ -101,6 +102,8 @@ def test_a_fact_from_workflow_1_reaches_workflow_2_after_continue(tmp_path: Path
 def test_a_conflicting_final_apply_leaves_the_users_files_and_saves_the_patch(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     meanwhile = "# the user rewrote this meanwhile\n"
+    # the step's shell plays the user editing their tree meanwhile: only possible with the sandbox off
+    (fugu_home() / "config.toml").write_text('[sandbox]\nmode = "off"\n')
     plan = write_plan(tmp_path / "p.json", [{"worker": "alpha", "subtask": "Fix calc.py.", "access": []}])
     llm = ScriptedLLM(
         {
