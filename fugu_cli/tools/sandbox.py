@@ -486,7 +486,10 @@ def _pump(
             if not sel.get_map():
                 if exited_at is not None:
                     return ""
-                time.sleep(0.02)
+                try:  # pipes closed: only the exit is left to wait for, a slice at a time for cancel
+                    proc.wait(timeout=0.05)
+                except subprocess.TimeoutExpired:
+                    pass
                 continue
             if exited_at is not None and now - exited_at > _DRAIN_S:
                 return ""  # an unsandboxed background child still holds the pipe; the caller kills it
