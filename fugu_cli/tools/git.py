@@ -215,6 +215,7 @@ def add_worktree(root: Path, dest: Path, base: str | None = None) -> str:
         start = checkpoint(root, _worktree_label(dest))
     else:
         start = _git(root, "rev-parse", "--verify", f"{base}^{{commit}}").stdout.strip()
+    dest.parent.mkdir(parents=True, exist_ok=True)
     _git(root, "worktree", "add", "--detach", str(dest), start, write=True, writable=[dest.parent])
     return start
 

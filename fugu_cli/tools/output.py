@@ -166,8 +166,9 @@ def _redact_file(path: Path) -> None:
     tmp = path.with_suffix(".tmp")
     try:
         with path.open("rb") as src, tmp.open("wb") as dst:
-            for line in src:
-                dst.write(redact(line.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape"))
+            while block := src.read(1 << 20):
+                block += src.readline()  # whole lines: a secret is not cut in two
+                dst.write(redact(block.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape"))
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)

@@ -57,6 +57,8 @@ _STATIC_NAME = re.compile(r"[A-Za-z0-9_./+:@%-][A-Za-z0-9_./+:@%=,-]*")
 
 def analyze(command: str) -> list[Part]:
     """The permission parts of `command`: one per simple command it would run, in order, no duplicates."""
+    if not command.strip():
+        return [Part("shell")]
     parts = list(dict.fromkeys(_script(command, 0)))
     return parts or [Part("shell")]
 
@@ -195,31 +197,41 @@ def _words(words: list[str], text: str, depth: int, placeholder: str | None = No
 
 
 def _shell(words: list[str], text: str, depth: int, placeholder: str | None) -> Iterator[Part]:
+    """`sh -c STRING` is analysed as a script; a script file is the shell's own part; stdin is opaque.
+
+    Any option cluster with a `c` makes the next non-option word the script, wherever it stands: reading
+    too much text as commands only adds parts, reading too little would hide one.
+    """
     yield Part(prefix_of(words))
     rest = words[1:]
     if os.path.basename(words[0]) == "busybox":
         yield from _words(rest, text, depth + 1, placeholder)
         return
-    script_next = False
-    for i, word in enumerate(rest):
-        if script_next:
-            if placeholder and placeholder in word:
-                yield _opaque(text)
-            else:
-                yield from _script(word, depth + 1)
-            return
-        if word == "-o" or word == "+o":
-            continue
-        if word.startswith("-") and word != "-" and not word.startswith("--"):
-            script_next = "c" in word[1:]
-            if "s" in word[1:]:
-                yield _opaque(text)  # -s: commands from stdin
-                return
-            continue
-        if word.startswith("--") or (i > 0 and rest[i - 1] in ("-o", "+o")):
-            continue
-        return  # a script file: the shell's own part stands for it
-    yield _opaque(text)  # no -c string and no file: commands come from stdin
+    short = [w for w in rest if w.startswith("-") and not w.startswith("--") and len(w) > 1]
+    if any("s" in w[1:] for w in short):
+        yield _opaque(text)  # -s: commands from stdin
+        return
+    takes_arg = {"-o", "+o", "-O", "+O", "--rcfile", "--init-file"}
+    skip = False
+    seen_c = False
+    operands: list[str] = []
+    for word in rest:
+        if skip:
+            skip = False
+        elif word in takes_arg or (word[:1] in "-+" and not word.startswith("--") and word[-1:] in "oO"):
+            skip = True
+            seen_c = seen_c or ("c" in word[1:] and not word.startswith("--"))
+        elif word[:1] in "-+" and len(word) > 1:
+            seen_c = seen_c or ("c" in word[1:] and not word.startswith("--"))
+        else:
+            operands.append(word)
+    if seen_c and operands:
+        if placeholder and placeholder in operands[0]:
+            yield _opaque(text)
+        else:
+            yield from _script(operands[0], depth + 1)
+    elif not operands:
+        yield _opaque(text)  # no -c string and no file: commands come from stdin
 
 
 def _find(words: list[str], text: str, depth: int) -> Iterator[Part]:

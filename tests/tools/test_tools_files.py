@@ -143,3 +143,82 @@ def test_git_dir_is_not_writable(repo: Path, call: Call) -> None:
     result = call("write_file", path=".git/config", content="")
     assert result.is_error and ".git" in result.content
     assert "[core]" in (repo / ".git/config").read_text()
+
+
+# --- bytes on disk: encodings, special files, atomic writes ----------------------------------------------
+
+
+def test_a_latin1_file_keeps_every_byte_an_edit_does_not_change(repo: Path, call: Call) -> None:
+    original = "caf\xe9 = 1\nna\xefve = 2\n# \xa9 2024\n".encode("latin-1")
+    (repo / "old.py").write_bytes(original)
+    shown = call("read_file", path="old.py").content
+    assert "café = 1" in shown and "encoding latin-1" in shown
+    result = call("edit_file", path="old.py", old_text="naïve = 2", new_text="naïve = 3")
+    assert not result.is_error, result.content
+    assert (repo / "old.py").read_bytes() == original.replace(b"= 2", b"= 3")
+    assert "-na\xefve = 2" in result.content and "+na\xefve = 3" in result.content
+    refused = call("edit_file", path="old.py", old_text="# © 2024", new_text="# ✓")
+    assert refused.is_error and "cannot hold '✓'" in refused.content
+    assert (repo / "old.py").read_bytes() == original.replace(b"= 2", b"= 3")
+
+
+def test_stray_bytes_in_a_utf8_file_survive_and_show_escaped(repo: Path, call: Call) -> None:
+    original = b"na\xc3\xafve\nbad \xff byte\nend\n"
+    (repo / "mixed.txt").write_bytes(original)
+    assert "bad \\xff byte" in call("read_file", path="mixed.txt").content
+    result = call("edit_file", path="mixed.txt", old_text="end", new_text="fin")
+    assert not result.is_error, result.content
+    assert (repo / "mixed.txt").read_bytes() == original.replace(b"end", b"fin")
+
+
+def test_utf16_with_a_bom_round_trips(repo: Path, call: Call) -> None:
+    original = "\ufeffhello\r\nworld\r\n".encode("utf-16-le")
+    (repo / "w.txt").write_bytes(original)
+    assert "world" in call("read_file", path="w.txt").content
+    assert not call("edit_file", path="w.txt", old_text="world", new_text="there").is_error
+    assert (repo / "w.txt").read_bytes() == "\ufeffhello\r\nthere\r\n".encode("utf-16-le")
+
+
+def test_binary_files_are_refused_clearly(repo: Path, call: Call) -> None:
+    (repo / "img.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    for result in (
+        call("read_file", path="img.png"),
+        call("edit_file", path="img.png", old_text="PNG", new_text="GIF"),
+        call("write_file", path="img.png", content="text now"),
+    ):
+        assert result.is_error and "binary file" in result.content
+    assert (repo / "img.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("tool", ["read_file", "edit_file", "write_file"])
+def test_fifos_are_refused_without_hanging(repo: Path, call: Call, tool: str) -> None:
+    os.mkfifo(repo / "pipe")
+    args = {"read_file": {}, "edit_file": {"old_text": "a", "new_text": "b"}, "write_file": {"content": "x"}}
+    result = call(tool, path="pipe", **args[tool])
+    assert result.is_error and "FIFO" in result.content
+
+
+def test_writes_keep_the_mode_and_leave_no_temp_files(repo: Path, call: Call) -> None:
+    script = repo / "run.sh"
+    script.write_text("#!/bin/sh\necho one\n")
+    script.chmod(0o751)
+    assert not call("edit_file", path="run.sh", old_text="one", new_text="two").is_error
+    assert oct(script.stat().st_mode & 0o777) == oct(0o751) and "two" in script.read_text()
+    assert not call("write_file", path="run.sh", content="#!/bin/sh\n").is_error
+    assert oct(script.stat().st_mode & 0o777) == oct(0o751)
+    assert sorted(p.name for p in repo.iterdir() if "fugu-tmp" in p.name) == []
+
+
+def test_an_edit_through_a_symlink_keeps_the_link(repo: Path, call: Call) -> None:
+    (repo / "real.txt").write_text("alpha\n")
+    (repo / "link.txt").symlink_to("real.txt")
+    assert not call("edit_file", path="link.txt", old_text="alpha", new_text="beta").is_error
+    assert (repo / "link.txt").is_symlink() and (repo / "real.txt").read_text() == "beta\n"
+
+
+def test_read_file_offset_and_limit(repo: Path, call: Call) -> None:
+    (repo / "f.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
+    assert call("read_file", path="f.txt", offset=4, limit=2).content == "     4\tline 4\n     5\tline 5"
+    assert call("read_file", path="f.txt", offset=9, limit=50).content == "     9\tline 9\n    10\tline 10"
+    assert "limit must be at least 1" in call("read_file", path="f.txt", limit=0).content
+    assert "not both" in call("read_file", path="f.txt", offset=2, start_line=3).content

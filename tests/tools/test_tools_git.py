@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,8 +16,11 @@ from fugu_cli.tools.git import (
     add_worktree,
     apply_patch,
     checkpoint,
+    prune_checkpoints,
+    remove_stale_worktrees,
     remove_worktree,
     restore_checkpoint,
+    stale_worktrees,
     worktree_diff,
 )
 from fugu_cli.types import ToolResult
@@ -212,3 +217,70 @@ def test_conflicting_patch_leaves_user_files_alone(repo: Path, tmp_path: Path) -
     assert (repo / "src/app.py").read_bytes() == before
     assert not (repo / "extra.txt").exists()
     remove_worktree(repo, dest)
+
+
+# --- cleanup: old sessions' checkpoints, worktrees of killed runs -------------------------------------------
+
+
+def dated(repo: Path, label: str, when: int) -> None:
+    """A checkpoint whose commit carries the date `when` (the session's age, as prune sees it)."""
+    sha = checkpoint(repo, label)
+    tree = git(repo, "rev-parse", f"{sha}^{{tree}}").strip()
+    env = {**os.environ, "GIT_COMMITTER_DATE": f"{when} +0000", "GIT_AUTHOR_DATE": f"{when} +0000"}
+    new = subprocess.run(
+        ["git", "commit-tree", tree, "-m", label],
+        cwd=repo,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    git(repo, "update-ref", f"refs/fugu/checkpoints/{label}", new)
+
+
+def test_prune_checkpoints_keeps_the_newest_sessions(repo: Path) -> None:
+    sessions = [f"20260101-00000{i}-abcde{i}" for i in range(5)]
+    for i, sid in enumerate(sessions):
+        (repo / "README.md").write_text(f"# v{i}\n")
+        for turn in (1, 2):
+            dated(repo, f"{sid}-t{turn}", 1_700_000_000 + i * 100 + turn)
+    checkpoint(repo, "worktree-elsewhere")
+    deleted = prune_checkpoints(repo, keep_sessions=2, keep=frozenset({sessions[0]}))
+    assert sorted(deleted) == sorted(f"refs/fugu/checkpoints/{s}-t{t}" for s in sessions[1:3] for t in (1, 2))
+    left = git(repo, "for-each-ref", "--format=%(refname)", "refs/fugu/checkpoints/").split()
+    expected = [f"refs/fugu/checkpoints/{s}-t{t}" for s in (sessions[0], *sessions[3:]) for t in (1, 2)]
+    assert sorted(left) == sorted([*expected, "refs/fugu/checkpoints/worktree-elsewhere"])
+    assert prune_checkpoints(repo, keep_sessions=10) == []
+
+
+def test_worktrees_of_a_killed_run_are_removed_and_a_live_runs_kept(repo: Path, tmp_path: Path) -> None:
+    home = tmp_path / "fugu-home" / "worktrees"
+    dead, live = home / "20260101-000000-dead00", home / "20260101-000000-live00"
+    add_worktree(repo, dead / "wf1" / "s0")
+    add_worktree(repo, live / "wf1" / "s0")
+    (dead / "wf1" / "s0" / "scratch.txt").write_text("left behind\n")
+    code = (
+        "import sys, time; from pathlib import Path; from fugu_cli.tools.git import hold_worktrees\n"
+        "with hold_worktrees(Path(sys.argv[1])):\n"
+        "    print('held', flush=True); time.sleep(60)\n"
+    )
+    killed = subprocess.Popen([sys.executable, "-c", code, str(dead)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-c", code, str(live)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert killed.stdout is not None and killed.stdout.readline() == "held\n"
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        assert stale_worktrees(repo, home) == []
+        killed.kill()  # kill -9: no cleanup ran
+        killed.wait()
+        assert stale_worktrees(repo, home) == [(dead / "wf1" / "s0").resolve()]
+        removed = remove_stale_worktrees(repo, home)
+        assert removed == [(dead / "wf1" / "s0").resolve()]
+        assert not dead.exists() and (live / "wf1" / "s0" / "README.md").exists()
+        listed = git(repo, "worktree", "list", "--porcelain")
+        assert str(dead) not in listed and str(live / "wf1" / "s0") in listed
+    finally:
+        for proc in (killed, holder):
+            proc.kill()
+            proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
