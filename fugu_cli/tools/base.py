@@ -6,6 +6,8 @@ Shared by files, search, shell and git tools; knows nothing about schemas or dis
 from __future__ import annotations
 
 import difflib
+import os
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -116,6 +118,8 @@ def resolve_in_root(root: Path, path: str) -> Path:
     candidate = Path(path).expanduser()
     if not candidate.is_absolute():
         candidate = root / candidate
+    if "\\x" in path and not os.path.lexists(candidate):
+        candidate = Path(_unescape(str(candidate)))  # a name the tools showed escaped ("caf\xe9.txt")
     resolved = candidate.resolve()
     if resolved != root and not resolved.is_relative_to(root):
         raise PathOutsideRepoError(
@@ -123,6 +127,11 @@ def resolve_in_root(root: Path, path: str) -> Path:
             "Use a path inside the repository (relative paths are relative to its root)."
         )
     return resolved
+
+
+def _unescape(shown: str) -> str:
+    """Undo `textio.shown`: `\\xNN` (NN >= 80) back to the undecodable byte it stood for."""
+    return re.sub(r"\\x([89a-f][0-9a-f])", lambda m: chr(0xDC00 + int(m.group(1), 16)), shown)
 
 
 def cap_text(text: str, cap: int) -> str:
@@ -134,22 +143,43 @@ def cap_text(text: str, cap: int) -> str:
     return f"{text[:half]}\n[... {cut} characters cut ...]\n{text[len(text) - half :]}"
 
 
-def unified_diff(rel: str, old: str | None, new: str) -> str:
-    """A `git diff`-style patch of one file; `old=None` means the file is new."""
+DIFF_MAX_CHARS = 1_000_000  # a whole-file diff past this is summarised (difflib would take minutes)
+_HUNK = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@", re.MULTILINE)
+_TOO_BIG = re.compile(r"^\[whole-file diff not shown: -(\d+) \+(\d+) lines", re.MULTILINE)
+
+
+def unified_diff(rel: str, old: str | None, new: str, first_line: int = 1) -> str:
+    """A `git diff`-style patch of one file; `old=None` means the file is new.
+
+    `old` and `new` may be a window of the file starting at line `first_line` (the rest being equal).
+    """
     a = "/dev/null" if old is None else f"a/{rel}"
+    if len(old or "") + len(new) > DIFF_MAX_CHARS:
+        counts = f"-{len((old or '').splitlines())} +{len(new.splitlines())} lines"
+        return f"--- {a}\n+++ b/{rel}\n[whole-file diff not shown: {counts}, {len(new)} characters]\n"
     lines = difflib.unified_diff(
         (old or "").splitlines(keepends=True),
         new.splitlines(keepends=True),
         fromfile=a,
         tofile=f"b/{rel}",
     )
-    return "".join(
+    diff = "".join(
         line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
     )
+    if first_line == 1:
+        return diff
+
+    def shift(m: re.Match[str]) -> str:
+        a_start, c_start = int(m.group(1)) + first_line - 1, int(m.group(3)) + first_line - 1
+        return f"@@ -{a_start}{m.group(2) or ''} +{c_start}{m.group(4) or ''} @@"
+
+    return _HUNK.sub(shift, diff)
 
 
 def diff_counts(diff: str) -> tuple[int, int]:
     """(+added, -removed) line counts of a unified diff."""
+    if summary := _TOO_BIG.search(diff):
+        return int(summary.group(2)), int(summary.group(1))
     added = removed = 0
     in_hunk = False
     for line in diff.splitlines():

@@ -156,13 +156,24 @@ def edit_file(inv: Invocation, path: str, old_text: str, new_text: str) -> str:
         )
     new = old.replace(old_text, new_text, 1)
     data = decoded.encode(new, rel)
-    diff = unified_diff(rel, shown(old), shown(new))
+    diff = _edit_diff(rel, old, new, old.index(old_text), old_text)
     added, removed = diff_counts(diff)
     inv.gate(["edit"], f"edit {rel} (+{added} -{removed}{_note(decoded)})", diff)
     inv.before_write()
     atomic_write(target, data)
     inv.touched(rel)
     return f"Edited {rel} (+{added} -{removed}{_note(decoded)}).\n{diff}"
+
+
+def _edit_diff(rel: str, old: str, new: str, at: int, old_text: str) -> str:
+    """The diff of one replacement, computed on the lines around it (a big file is not diffed whole)."""
+    old_lines, new_lines = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    first = old.count("\n", 0, at)
+    last = first + old_text.count("\n") + 1
+    lo, hi = max(0, first - 3), min(len(old_lines), last + 3)
+    hi_new = hi + len(new_lines) - len(old_lines)
+    window_old, window_new = "".join(old_lines[lo:hi]), "".join(new_lines[lo:hi_new])
+    return unified_diff(rel, shown(window_old), shown(window_new), first_line=lo + 1)
 
 
 def _note(decoded: Decoded) -> str:

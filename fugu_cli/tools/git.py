@@ -106,7 +106,7 @@ def git_commit(inv: Invocation, message: str) -> str:
     inv.gate(["git_commit"], f"git commit: {subject[:120]}", f"{message}\n\n{status}")
     inv.before_write()
     _git(inv.root, "add", "-A", write=True)
-    staged = _git(inv.root, "diff", "--cached", "--name-only", "-z").stdout.split("\0")
+    staged = _git(inv.root, "diff", *_NO_DRIVERS, "--cached", "--name-only", "-z").stdout.split("\0")
     if not any(staged):
         raise ToolFailed("Nothing to commit: no changes after staging (only ignored files changed?).")
     proc = _git(inv.root, "commit", "-q", "--no-verify", "-F", "-", input=message, check=False, write=True)
@@ -114,7 +114,8 @@ def git_commit(inv: Invocation, message: str) -> str:
         raise ToolFailed(f"git commit failed: {(proc.stderr or proc.stdout).strip()}")
     for path in filter(None, staged):
         inv.touched(path)
-    return shown(_git(inv.root, "log", "-1", "--stat", "--format=Committed %h %s").stdout.rstrip())
+    summary = _git(inv.root, "log", *_NO_DRIVERS, "-1", "--stat", "--format=Committed %h %s").stdout
+    return shown(summary.rstrip())
 
 
 # --- library functions for /undo and ultra mode -------------------------------------------------------

@@ -1,9 +1,9 @@
 """The one way fugu runs git: a repository's config can make git run nothing and see nothing of fugu's.
 
 Every call gets `core.fsmonitor` off, hooks pointed at /dev/null (no hook can exist there), no pager, no
-auto-gc, and the filter/textconv/merge drivers the repository's own config defines emptied; it runs in the
-sandbox (read-only unless it writes) with the minimal environment. Callers add `--no-ext-diff --no-textconv`
-to diffs. Used by git.py only; knows nothing of tools or checkpoints.
+auto-gc, the filter/merge drivers the repository's own config defines emptied and its signing programs
+unused. It runs in the sandbox (read-only unless it writes) with the minimal environment. Callers add
+`--no-ext-diff --no-textconv` to diffs. Used by git.py and listing.py; knows nothing of tools or checkpoints.
 """
 
 from __future__ import annotations
@@ -76,6 +76,8 @@ def neutralizers(cwd: Path) -> tuple[str, ...]:
 
 def _neutral(name: str) -> list[str]:
     parts = name.split(".")
+    if parts[0].lower() == "gpg":  # a signing program the repository chose: sign nothing rather than run it
+        return ["commit.gpgSign=false", "tag.gpgSign=false"]
     if len(parts) < 3 or parts[0].lower() not in _DRIVER_KEYS:
         return []
     section, driver = parts[0].lower(), ".".join(parts[1:-1])

@@ -21,6 +21,7 @@ from fugu_cli.redact import redact
 from fugu_cli.tools import ToolContext, ToolKind
 from fugu_cli.tools.base import Invocation, PermissionDenied, elapsed_ms
 from fugu_cli.tools.output import bound, default_output_dir
+from fugu_cli.tools.textio import shown
 from fugu_cli.types import ToolCall, ToolResult
 
 ToolFunction = Callable[..., str]
@@ -172,9 +173,10 @@ def _error(
 
 def _bounded(content: str, ctx: ToolContext | None, tool: str) -> str:
     """What the model sees: secrets redacted, then bounded to the budget (the full text kept in a file)."""
+    content = shown(redact(content))  # undecodable bytes as \xNN: a result is always valid UTF-8
     if ctx is None:
-        return bound(redact(content), 32_000, None)
-    return bound(redact(content), ctx.output_cap, ctx.output_dir or default_output_dir(), tool)
+        return bound(content, 32_000, None)
+    return bound(content, ctx.output_cap, ctx.output_dir or default_output_dir(), tool)
 
 
 class _BadArguments(FuguError):

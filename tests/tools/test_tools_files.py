@@ -7,8 +7,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fugu_cli.tools import ToolContext
+from fugu_cli.tools.base import diff_counts, unified_diff
+from fugu_cli.tools.files import _edit_diff
 from fugu_cli.types import ToolResult
 
 Call = Callable[..., ToolResult]
@@ -222,3 +226,60 @@ def test_read_file_offset_and_limit(repo: Path, call: Call) -> None:
     assert call("read_file", path="f.txt", offset=9, limit=50).content == "     9\tline 9\n    10\tline 10"
     assert "limit must be at least 1" in call("read_file", path="f.txt", limit=0).content
     assert "not both" in call("read_file", path="f.txt", offset=2, start_line=3).content
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from(["a", "b", "", "c c", "d"]), min_size=1, max_size=30),
+    st.integers(0, 10_000),
+    st.integers(1, 12),
+    st.text(alphabet="xy\n", max_size=12),
+    st.booleans(),
+)
+def test_the_edit_diff_is_the_whole_file_diff(
+    lines: list[str], at: int, length: int, replacement: str, final_newline: bool
+) -> None:
+    old = "\n".join(lines) + ("\n" if final_newline else "")
+    start = at % len(old) if old else 0
+    old_text = old[start : start + length]
+    if not old_text or old.count(old_text) != 1 or old_text == replacement:
+        return
+    new = old.replace(old_text, replacement, 1)
+    diff = _edit_diff("f", old, new, old.index(old_text), old_text)
+    assert apply(diff, old) == new
+    assert diff_counts(diff) == diff_counts(unified_diff("f", old, new))
+
+
+def apply(diff: str, old: str) -> str:
+    """Apply a unified diff the way `patch` would, checking every context and removed line."""
+    source = old.splitlines(keepends=True)
+    out: list[str] = []
+    at = 0
+    lines = diff.splitlines(keepends=True)[2:]
+    for i, line in enumerate(lines):
+        if line.startswith("@@"):
+            start = int(line.split()[1].split(",")[0][1:])
+            count = int(line.split()[1].split(",")[1]) if "," in line.split()[1] else 1
+            target = start - 1 if count else start
+            out += source[at:target]
+            at = target
+        elif line.startswith("\\"):  # "\\ No newline at end of file": only an added line needs trimming
+            if lines[i - 1].startswith("+"):
+                out[-1] = out[-1].rstrip("\n")
+        elif line[0] in " -":
+            assert source[at].rstrip("\n") == line[1:].rstrip("\n"), (at, line)
+            if line[0] == " ":
+                out.append(source[at])
+            at += 1
+        elif line[0] == "+":
+            out.append(line[1:])
+    return "".join(out + source[at:])
+
+
+def test_a_big_file_is_edited_with_a_small_diff(repo: Path, call: Call) -> None:
+    (repo / "big.txt").write_text("".join(f"line {i}\n" for i in range(1, 200_001)))
+    result = call("edit_file", path="big.txt", old_text="line 100000\n", new_text="changed\n")
+    assert "@@ -99997,7 +99997,7 @@" in result.content and "+changed" in result.content
+    written = call("write_file", path="big.txt", content="short\n")
+    assert "whole-file diff not shown: -200000 +1 lines" in written.content
+    assert "(+1 -200000)" in written.content
