@@ -22,7 +22,7 @@ _fugu() {
         "|--max-budget-usd") return ;;
         "|--worker") return ;;
         "|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        "|--permission-mode") COMPREPLY=($(compgen -W "ask auto-edit full-auto read-only" -- "$cur")); return ;;
+        "|--permission-mode") COMPREPLY=($(compgen -W "ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan" -- "$cur")); return ;;
         "|--resume"|"|-r") return ;;
         "|--router") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "|--cost-weight") return ;;
@@ -40,7 +40,7 @@ _fugu() {
         "serve|--host") return ;;
         "serve|--port") return ;;
         "serve|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        "serve|--permission-mode") COMPREPLY=($(compgen -W "ask auto-edit full-auto read-only" -- "$cur")); return ;;
+        "serve|--permission-mode") COMPREPLY=($(compgen -W "ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan" -- "$cur")); return ;;
         "serve|--api-key") return ;;
         "sessions|--limit"|"sessions|-n") return ;;
         "router train|--data") COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -62,7 +62,7 @@ _fugu() {
     esac
     local opts="" subs=""
     case "$sub" in
-        "") opts="-p --print --output-format --max-turns --max-budget-usd --worker --pool --permission-mode --yes -y --continue -c --resume -r --router --cost-weight --ultra --plan --verbose --version --help" subs="pool demo eval serve sessions router" ;;
+        "") opts="-p --print --output-format --max-turns --max-budget-usd --worker --pool --permission-mode --yes -y --continue -c --resume -r --router --cost-weight --ultra --plan --verbose --debug --version --help" subs="pool demo eval serve sessions router" ;;
         "pool") opts="--pool --json --help" subs="" ;;
         "demo") opts="--router --keep --help" subs="" ;;
         "eval") opts="--worker --mode --repeats --parallel --pool --router --max-turns --max-budget-usd --json --keep --help" subs="" ;;

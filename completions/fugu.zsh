@@ -24,7 +24,7 @@ _fugu() {
         '|--max-budget-usd') return ;;
         '|--worker') return ;;
         '|--pool') _files; return ;;
-        '|--permission-mode') compadd -- ask auto-edit full-auto read-only; return ;;
+        '|--permission-mode') compadd -- ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan; return ;;
         '|--resume'|'|-r') return ;;
         '|--router') _files; return ;;
         '|--cost-weight') return ;;
@@ -42,7 +42,7 @@ _fugu() {
         'serve|--host') return ;;
         'serve|--port') return ;;
         'serve|--pool') _files; return ;;
-        'serve|--permission-mode') compadd -- ask auto-edit full-auto read-only; return ;;
+        'serve|--permission-mode') compadd -- ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan; return ;;
         'serve|--api-key') return ;;
         'sessions|--limit'|'sessions|-n') return ;;
         'router train|--data') _files; return ;;
@@ -65,7 +65,7 @@ _fugu() {
     local -a items
     case "$sub" in
         '')
-            if [[ "$cur" == -* ]]; then items=('-p:Run the task non-interactively and exit.' '--print:Run the task non-interactively and exit.' '--output-format:text, json (one object) or stream-json (a line per event).' '--max-turns:Most steps per task.' '--max-budget-usd:Stop when the task has cost this much.' '--worker:Force this worker for every step.' '--pool:A TOML file of [[workers]].' '--permission-mode:ask, auto-edit, full-auto or read-only.' '--yes:Allow edits and commands (same as full-auto).' '-y:Allow edits and commands (same as full-auto).' '--continue:Continue the last session here.' '-c:Continue the last session here.' '--resume:Resume the session with this id.' '-r:Resume the session with this id.' '--router:A router checkpoint directory, '\''default'\'' or '\''prior'\''.' '--cost-weight:λ: how much the router trades quality for cost.' '--ultra:Let a conductor plan a multi-worker workflow.' '--plan:Run this workflow file (ultra mode).' '--verbose:Show route decisions and tool calls on stderr.' '--version:Print the version and exit.' '--help:Show this message and exit.'); else items=('pool:List the workers: usable or not (and why), model, price.' 'demo:Replay a recorded multi-worker session offline: see fugu work without a key.' 'eval:Run a task suite per worker and per mode, score each run by the task'\''s check, and store the rewards that router training learns from. Without --worker/--mode: every usable worker and fugu.' 'serve:Serve an OpenAI-compatible endpoint: models fugu, fugu-ultra and fugu/<worker>.' 'sessions:List and inspect past sessions.' 'router:Inspect, train and judge routers.'); fi ;;
+            if [[ "$cur" == -* ]]; then items=('-p:Run the task non-interactively and exit.' '--print:Run the task non-interactively and exit.' '--output-format:text, json (one object) or stream-json (a line per event).' '--max-turns:Most steps per task.' '--max-budget-usd:Stop when the task has cost this much.' '--worker:Force this worker for every step.' '--pool:A TOML file of [[workers]].' '--permission-mode:ask, auto-edit, full-auto or read-only (or Claude Code'\''s names for them).' '--yes:Allow edits and commands (same as full-auto).' '-y:Allow edits and commands (same as full-auto).' '--continue:Continue the last session here.' '-c:Continue the last session here.' '--resume:Resume the session with this id.' '-r:Resume the session with this id.' '--router:A router checkpoint directory, '\''default'\'' or '\''prior'\''.' '--cost-weight:λ: how much the router trades quality for cost.' '--ultra:Let a conductor plan a multi-worker workflow.' '--plan:Run this workflow file (ultra mode).' '--verbose:Show route decisions and tool calls on stderr.' '--debug:Also print fugu'\''s log (kept in FUGU_HOME/logs) on stderr.' '--version:Print the version and exit.' '--help:Show this message and exit.'); else items=('pool:List the workers: usable or not (and why), model, price.' 'demo:Replay a recorded multi-worker session offline: see fugu work without a key.' 'eval:Run a task suite per worker and per mode, score each run by the task'\''s check, and store the rewards that router training learns from. Without --worker/--mode: every usable worker and fugu.' 'serve:Serve an OpenAI-compatible endpoint: models fugu, fugu-ultra and fugu/<worker>.' 'sessions:List and inspect past sessions.' 'router:Inspect, train and judge routers.'); fi ;;
         'pool')
             if [[ "$cur" == -* ]]; then items=('--pool:A TOML file of [[workers]].' '--json:Print JSON.' '--help:Show this message and exit.'); else items=(); fi ;;
         'demo')

@@ -8,13 +8,12 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fugu_cli.errors import ConfigError
-
-PermissionModeName = Literal["ask", "auto-edit", "full-auto", "read-only"]
+from fugu_cli.types import PermissionMode
 
 
 class WorkerConfig(BaseModel):
@@ -66,7 +65,7 @@ class Config(BaseModel):
 
     router: str | None = None
     cost_weight: float = Field(default=0.0, ge=0)
-    permission_mode: PermissionModeName | None = None
+    permission_mode: PermissionMode | None = None
     max_turns: int = Field(default=40, ge=1)
     max_budget_usd: float | None = Field(default=None, gt=0)
     shell_timeout_s: float = Field(default=120.0, gt=0)

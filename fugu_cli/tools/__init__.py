@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-PermissionMode = Literal["ask", "auto-edit", "full-auto", "read-only"]
+from fugu_cli.types import PermissionMode
+
 ToolKind = Literal["read", "edit", "exec"]
 Answer = Literal["yes", "no", "always"]
 

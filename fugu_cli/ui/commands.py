@@ -184,16 +184,13 @@ def _cost(ctx: Context, arg: str) -> None:
 
 def _ledgers(session: Session) -> list[Ledger]:
     """The session's ledgers: "main" (fugu mode) and, in ultra mode, one per workflow step."""
-    from fugu_cli.ledger import Ledger, scopes
-
-    names = scopes(session.deps.store, session.id)
-    return [session.ledger] + [Ledger(session.deps.store, session.id, n) for n in names if n != "main"]
+    return session.ledger.all_scopes()
 
 
 def _trace(ctx: Context, arg: str) -> None:
     from rich.text import Text
 
-    from fugu_cli.ui.render import tool_summary
+    from fugu_cli.ui.phrases import tool_summary
 
     ledgers = [(ledger.scope, ledger.steps(), ledger.tool_calls()) for ledger in _ledgers(ctx.session)]
     if not any(steps for _, steps, _ in ledgers):

@@ -53,7 +53,19 @@ def complete(*words: str) -> list[str]:
     [
         (("",), ["pool", "demo", "eval", "serve", "sessions", "router"]),
         (("--perm",), ["--permission-mode"]),
-        (("--permission-mode", ""), ["ask", "auto-edit", "full-auto", "read-only"]),
+        (
+            ("--permission-mode", ""),
+            [
+                "ask",
+                "auto-edit",
+                "full-auto",
+                "read-only",
+                "default",
+                "acceptEdits",
+                "bypassPermissions",
+                "plan",
+            ],
+        ),
         (("--output-format", "s"), ["stream-json"]),
         (("sessions", ""), ["show"]),
         (("sessions", "--l"), ["--limit"]),
