@@ -131,7 +131,7 @@ def resolve(opts: RunOptions, *, saved_pool: Sequence[Worker] = ()) -> Resolved:
     """Read the configuration layers, find the usable pool (probing local servers) and the router.
 
     `saved_pool` is a resumed session's pool, used when nothing else is configured."""
-    config = load_config(opts.cwd, opts.overrides())
+    config = load_config(opts.cwd, opts.overrides(), trust_project=opts.trust_project)
     pool = usable_pool(config, opts.cwd, saved_pool)
     if config.cost_weight > 0:
         pool = with_table_prices(pool)
@@ -211,6 +211,7 @@ def assemble(
         router_name=router.name,
         ultra=config.ultra,
         stream=opts.stream,
+        notices=_notices(config),
     )
     ultra = build_conductor(config, opts, agent, store, resolved.pool, root)
     deps = SessionDeps(
@@ -280,6 +281,16 @@ def _resumed_row(store: Store, opts: RunOptions) -> SessionRow:
         what = f"session {opts.resume}" if opts.resume else f"a previous session in {root}"
         raise UsageError(f"cannot resume: no {what} (list them with: fugu sessions)")
     return row
+
+
+def _notices(config: Config) -> tuple[str, ...]:
+    if not config.ignored:
+        return ()
+    what = ", ".join(config.ignored)
+    return (
+        f"this folder is not trusted, so its .fugu/config.toml was obeyed only in part (ignored: {what}). "
+        "Trust it with --trust-project, or answer yes when the REPL asks",
+    )
 
 
 def _max_steps(config: Config, opts: RunOptions, router: Router) -> int:

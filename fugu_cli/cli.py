@@ -96,6 +96,12 @@ def run(
     verbose: Annotated[
         bool, typer.Option("--verbose", help="Show route decisions and tool calls on stderr.")
     ] = False,
+    trust_project: Annotated[
+        bool,
+        typer.Option(
+            "--trust-project", help="Obey this repository's .fugu/config.toml in full (workers, permissions)."
+        ),
+    ] = False,
     debug: Annotated[
         bool, typer.Option("--debug", help="Also print fugu's log (kept in FUGU_HOME/logs) on stderr.")
     ] = False,
@@ -126,6 +132,7 @@ def run(
         stream=output_format is OutputFormat.text and sys.stdout.isatty(),
         ultra=True if ultra or plan is not None else None,
         plan=plan,
+        trust_project=trust_project,
     )
     out = runner.Output(task=" ".join(task or []), print_mode=print_mode, format=output_format.value)
     raise typer.Exit(runner.main(opts, out))

@@ -1,16 +1,19 @@
 """Layered configuration: defaults < user config < `.fugu/config.toml` < `FUGU_*` environment < flags.
 
-Owns where state lives (`FUGU_HOME`) and how config files are read and validated. Never prints.
+Owns where state lives (`FUGU_HOME`), how config files are read and validated, and which folders the user
+trusts: a repository's own config is untrusted until then, and may only make fugu more careful (no workers,
+endpoints, routers, permissions or tools from a cloned repo). Never prints.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from fugu_cli.errors import ConfigError
 from fugu_cli.types import PermissionMode
@@ -76,6 +79,12 @@ class Config(BaseModel):
     llm: LLMSettings = Field(default_factory=LLMSettings)
     permissions: PermissionSettings = Field(default_factory=PermissionSettings)
     ultra_settings: UltraSettings = Field(default_factory=UltraSettings, alias="ultra-settings")
+    # what an untrusted project config asked for and did not get ("workers", "permission_mode=full-auto")
+    _ignored: tuple[str, ...] = PrivateAttr(default=())
+
+    @property
+    def ignored(self) -> tuple[str, ...]:
+        return self._ignored
 
 
 ENV_KEYS: dict[str, str] = {
@@ -119,8 +128,89 @@ def read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path} is not valid TOML: {e}. Fix the file or move it away.") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {e.start}): save it as UTF-8.") from e
     except OSError as e:
         raise ConfigError(f"cannot read {path}: {e.strerror}") from e
+
+
+# What a repository's own config may set before its folder is trusted: limits, timeouts and choices among
+# the user's own workers. Everything else (workers, endpoints, keys, routers, permissions) is the user's.
+_SAFE_PROJECT_KEYS = frozenset(
+    {
+        "max_turns",
+        "max_budget_usd",
+        "shell_timeout_s",
+        "worker",
+        "ultra",
+        "ultra-settings",
+        "llm",
+        "cost_weight",
+    }
+)
+
+
+def trust_path() -> Path:
+    """The user's list of trusted folders (beside the user config)."""
+    return user_config_path().parent / "trusted.toml"
+
+
+def trusted_folders() -> list[str]:
+    path = trust_path()
+    if not path.is_file():
+        return []
+    folders = read_toml(path).get("folders", [])
+    return [str(f) for f in folders] if isinstance(folders, list) else []
+
+
+def is_trusted(root: Path) -> bool:
+    here = root.resolve()
+    return any(here == Path(f) or here.is_relative_to(Path(f)) for f in trusted_folders())
+
+
+def trust(root: Path) -> None:
+    """Remember that the user trusts `root` (its config may then set workers, permissions and tools)."""
+    folders = trusted_folders()
+    here = str(root.resolve())
+    if here in folders:
+        return
+    path = trust_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["# folders whose .fugu/config.toml fugu obeys in full (fugu trust adds to it)", "folders = ["]
+    lines += [f"  {json.dumps(f)}," for f in [*folders, here]]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join([*lines, "]", ""]), encoding="utf-8")
+    tmp.replace(path)
+
+
+def project_config_path(cwd: Path) -> Path:
+    return (find_repo_root(cwd) or cwd) / ".fugu" / "config.toml"
+
+
+def needs_trust(cwd: Path) -> list[str]:
+    """What the project config here would be refused while its folder is untrusted ([] when nothing)."""
+    project = project_config_path(cwd)
+    if not project.is_file() or is_trusted(project.parent.parent):
+        return []
+    return untrusted_settings(_normalise(read_toml(project)))[1]
+
+
+def untrusted_settings(layer: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Split a project layer into what an untrusted folder may set and what is ignored (described)."""
+    kept = {k: v for k, v in layer.items() if k in _SAFE_PROJECT_KEYS}
+    special = ("permission_mode", "permissions")
+    ignored = [k for k in layer if k not in _SAFE_PROJECT_KEYS and k not in special]
+    mode = layer.get("permission_mode")
+    if mode == "read-only":  # more careful is always fine
+        kept["permission_mode"] = mode
+    elif mode is not None:
+        ignored.append(f"permission_mode={mode}")
+    rules = layer.get("permissions")
+    if isinstance(rules, dict):
+        if rules.get("deny"):
+            kept["permissions"] = {"deny": rules["deny"]}
+        ignored += [f"permissions.{k}" for k in rules if k != "deny"]
+    return kept, ignored
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -141,16 +231,20 @@ def _normalise(raw: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def load_config(cwd: Path, overrides: dict[str, Any] | None = None) -> Config:
-    """Merge every layer. `overrides` are the flags the user gave (None values are ignored)."""
+def load_config(cwd: Path, overrides: dict[str, Any] | None = None, *, trust_project: bool = False) -> Config:
+    """Merge every layer. `overrides` are the flags the user gave (None values are ignored). The project's
+    own config counts in full only when its folder is trusted (or `trust_project`); else see `ignored`."""
     layers: list[tuple[str, dict[str, Any]]] = []
     user = user_config_path()
     if user.is_file():
         layers.append((str(user), _normalise(read_toml(user))))
-    root = find_repo_root(cwd) or cwd
-    project = root / ".fugu" / "config.toml"
+    project = project_config_path(cwd)
+    ignored: list[str] = []
     if project.is_file():
-        layers.append((str(project), _normalise(read_toml(project))))
+        layer = _normalise(read_toml(project))
+        if not (trust_project or is_trusted(project.parent.parent)):
+            layer, ignored = untrusted_settings(layer)
+        layers.append((str(project), layer))
     env = {key: os.environ[var] for var, key in ENV_KEYS.items() if os.environ.get(var)}
     if env:
         layers.append(("FUGU_* environment", env))
@@ -163,7 +257,9 @@ def load_config(cwd: Path, overrides: dict[str, Any] | None = None) -> Config:
             Config.model_validate(merged)
         except ValidationError as e:
             raise ConfigError(f"invalid setting in {source}: {_first_error(e)}") from e
-    return Config.model_validate(merged)
+    config = Config.model_validate(merged)
+    config._ignored = tuple(ignored)
+    return config
 
 
 def _first_error(e: ValidationError) -> str:

@@ -49,6 +49,7 @@ class RunOptions:
     stream: bool = False  # show the worker's text as it arrives (a terminal in text mode)
     ultra: bool | None = None
     plan: Path | None = None  # --plan FILE: the workflow ultra mode runs instead of asking the conductor
+    trust_project: bool = False  # obey the repository's own .fugu/config.toml in full for this run
 
     def overrides(self) -> dict[str, Any]:
         """The configuration layer these options make (the top one: flags beat every file)."""

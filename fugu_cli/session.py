@@ -35,6 +35,7 @@ class SessionConfig:
     router_name: str = "prior"
     ultra: bool = False  # turns go to `SessionDeps.ultra` (the conductor); `/ultra on|off` flips it
     stream: bool = False  # stream the workers' text (a terminal); a turn may say otherwise
+    notices: tuple[str, ...] = ()  # said once, at the first turn (e.g. what an untrusted config could not do)
 
 
 class UltraMode(Protocol):
@@ -112,7 +113,8 @@ class Session:
         stream: bool | None = None,
     ) -> TurnResult:
         """Handle one user message to a final answer (or a limit, a failure, an interrupt)."""
-        with self._lock:
+        with self._lock, self.deps.store.session_lock(self.id):
+            self._catch_up()
             self.turn += 1
             turn = self.turn
             io = TurnIO(emit=emit, cancel=cancel, stream=self.config.stream if stream is None else stream)
@@ -126,6 +128,9 @@ class Session:
                     router=self.config.router_name,
                 )
             )
+            for notice in self.config.notices:
+                emit(Notice(session_id=self.id, level="warning", text=notice))
+            self.config.notices = ()
             store = self.deps.store
             store.begin_turn(self.id, turn, text)
             store.touch_session(self.id, title=text.strip().splitlines()[0][:80] if text else None)
@@ -177,6 +182,13 @@ class Session:
             return decision
 
         return pick
+
+    def _catch_up(self) -> None:
+        """Another process may have run turns of this session since we loaded it: continue from there."""
+        stored = [m for _, m in self.deps.store.load_messages(self.id)]
+        if len(stored) > len(self.messages):
+            self.messages = stored
+            self.turn = max(self.turn, self._last_turn())
 
     def add_context(self, messages: Sequence[Message]) -> None:
         """Add earlier conversation (an API client's history) to the transcript, persisted like a turn."""

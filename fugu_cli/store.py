@@ -284,6 +284,24 @@ class Store:
         rows = self.query("SELECT * FROM sessions ORDER BY updated_at DESC LIMIT ?", (limit,))
         return [SessionRow(**dict(r)) for r in rows]
 
+    @contextmanager
+    def session_lock(self, sid: str) -> Iterator[None]:
+        """Hold the session for one turn across processes: two `fugu --continue` on one session take turns
+        instead of interleaving their transcripts (a file lock beside the database)."""
+        try:
+            import fcntl
+        except ImportError:  # no flock on this platform: turns are serialised within one process only
+            yield
+            return
+        path = self.path.parent / "locks" / f"{sid}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
     # transcripts
 
     def append_message(self, sid: str, scope: str, turn: int, message: Message) -> int:

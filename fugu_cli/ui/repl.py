@@ -135,6 +135,13 @@ class Repl:
     def run(self) -> int:
         print(f"fugu {__version__} · /help for commands · Ctrl-D exits", flush=True)
         try:
+            self._ask_trust()
+        except FuguError as e:  # an unreadable project config: the same error the session would give
+            print(f"fugu: {e}", flush=True)
+            return e.exit_code
+        except (EOFError, KeyboardInterrupt):
+            return 130
+        try:
             if self.opts.resuming:
                 self._show_resumed(self.session)
             else:
@@ -146,6 +153,24 @@ class Repl:
             return 130
         self._goodbye()
         return 0
+
+    def _ask_trust(self) -> None:
+        """Once per folder: may this repository's own .fugu/config.toml set workers, permissions, tools?"""
+        from fugu_cli.config import find_repo_root, needs_trust, trust
+
+        wanted = [] if self.opts.trust_project else needs_trust(self.opts.cwd)
+        if not wanted:
+            return
+        root = find_repo_root(self.opts.cwd.resolve()) or self.opts.cwd.resolve()
+        print(f"This folder's .fugu/config.toml asks for: {', '.join(wanted)}.", flush=True)
+        answer = input(
+            f"Trust {root} (its config may then choose workers, endpoints and permissions)? [y/N] "
+        )
+        if answer.strip().lower() in ("y", "yes"):
+            trust(root)
+            print("trusted; fugu remembers it", flush=True)
+        else:
+            print("not trusted: those settings are ignored this time", flush=True)
 
     def _loop(self) -> None:
         ctrl_c = False
