@@ -266,8 +266,7 @@ class _Run:
         return results
 
     def _result(self, status: TurnStatus, text: str, error: str | None) -> TurnResult:
-        if error and status != "success":
-            self._emit(Notice(session_id=self.sid, level="error", text=error))
+        """The run's outcome; its error is said once, by whoever shows the result (not also as a notice)."""
         tally = self.tally
         return TurnResult(
             status=status,

@@ -7,9 +7,11 @@ endpoints, routers, permissions or tools from a cloned repo). Never prints.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -256,15 +258,38 @@ def load_config(cwd: Path, overrides: dict[str, Any] | None = None, *, trust_pro
         try:
             Config.model_validate(merged)
         except ValidationError as e:
-            raise ConfigError(f"invalid setting in {source}: {_first_error(e)}") from e
+            raise ConfigError(f"invalid setting in {source}: {explain(e)}") from e
     config = Config.model_validate(merged)
     config._ignored = tuple(ignored)
     return config
 
 
-def _first_error(e: ValidationError) -> str:
-    err = e.errors()[0]
-    where = ".".join(str(p) for p in err["loc"])
+def explain(e: ValidationError, root: type[BaseModel] | None = None) -> str:
+    """The first problem of a validation error in the user's terms (with a did-you-mean for a typo)."""
+    errors = e.errors()
+    # a misspelt key also shows up as a missing one: the misspelling is what the user should read
+    err = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
+    where = ".".join(str(p) for p in err["loc"]).replace("ultra-settings", "ultra", 1)
     if err["type"] == "extra_forbidden":
-        return f"unknown setting {where!r} (see README.md, Configuration)"
+        known = _known_keys(err["loc"][:-1], root or Config)
+        guess = difflib.get_close_matches(str(err["loc"][-1]), known, n=1, cutoff=0.6)
+        hint = f"; did you mean {guess[0]!r}?" if guess else ""
+        return f"unknown setting {where!r}{hint} (see README.md, Configuration)"
     return f"{where}: {err['msg']}"
+
+
+def _known_keys(path: Sequence[int | str], model: type[BaseModel]) -> list[str]:
+    """The keys a config table accepts at `path` (("llm",) → timeout_s, max_retries, ...)."""
+    for part in path:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part) or next(
+            (f for f in model.model_fields.values() if f.alias == part), None
+        )
+        inner = field.annotation if field else None
+        inner = next(iter(getattr(inner, "__args__", ())), inner)  # list[WorkerConfig] -> WorkerConfig
+        if not (isinstance(inner, type) and issubclass(inner, BaseModel)):
+            return []
+        model = inner
+    names = [f.alias or name for name, f in model.model_fields.items()]
+    return ["ultra" if n == "ultra-settings" else n for n in names]

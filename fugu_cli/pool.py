@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from fugu_cli.config import Config, WorkerConfig, read_toml
+from fugu_cli.config import Config, WorkerConfig, explain, read_toml
 from fugu_cli.errors import ConfigError, NoWorkerError
 from fugu_cli.types import Worker
 
@@ -88,6 +88,7 @@ KNOWN_PROVIDERS: tuple[KnownProvider, ...] = (
 
 POOL_HINT = (
     "set ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY or DEEPSEEK_API_KEY, "
+    "or start a local Ollama server (found at OLLAMA_HOST, default http://127.0.0.1:11434), "
     "or describe your workers in a pool file (--pool FILE, or [[workers]] in .fugu/config.toml; "
     "see README.md)"
 )
@@ -98,6 +99,10 @@ def worker_from_config(w: WorkerConfig) -> Worker:
 
 
 def load_pool_file(path: Path) -> list[Worker]:
+    if path.is_dir():
+        raise ConfigError(
+            f"--pool {path} is a folder: give the pool's TOML file (holding [[workers]] tables)"
+        )
     if not path.is_file():
         raise ConfigError(f"pool file {path} does not exist")
     raw = read_toml(path)
@@ -107,9 +112,7 @@ def load_pool_file(path: Path) -> list[Worker]:
     try:
         workers = [worker_from_config(WorkerConfig.model_validate(item)) for item in items]
     except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(f"{path}: worker {where}: {err['msg']}") from e
+        raise ConfigError(f"{path}: a worker: {explain(e, WorkerConfig)}") from e
     return check_unique(workers, str(path))
 
 

@@ -94,7 +94,10 @@ class Planner:
                 return _outcome(None, "interrupted by the user", results)
             text = _last_answer(messages)
             if not text:
-                error = result.error or "the conductor gave no answer"
+                # its one step ended in tool calls (it has none): the step limit is not the user's to raise
+                called = result.status == "error_max_turns"
+                error = "the conductor called tools instead of writing a workflow" if called else ""
+                error = error or result.error or "the conductor gave no answer"
                 if result.status != "success" and result.num_turns == 0:
                     return _outcome(None, error, results)
                 continue

@@ -11,6 +11,7 @@ import logging
 import os
 import queue
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -265,9 +266,14 @@ def _status_text(status: object) -> str:
     return f"HTTP {status}: " if isinstance(status, int) else ""
 
 
+# litellm wraps a provider's words in its own names: "litellm.ServiceUnavailableError: ServiceUnavailableError:
+# OpenAIException - upstream is down". The user needs the provider's reason first.
+_WRAPPERS = re.compile(r"^(?:(?:litellm\.)?\w+(?:Error|Exception)(?::| -)\s*)+")
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return text[:300]
+    return (_WRAPPERS.sub("", text).strip() or text)[:300]
 
 
 def _describe(worker: Worker, cause: str) -> str:

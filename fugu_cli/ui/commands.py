@@ -59,11 +59,13 @@ def parse(line: str) -> tuple[str, str] | None:
 
 
 def nearest(name: str) -> str | None:
-    match = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.4)
+    """The command a typo most likely meant (`/wroker` → worker, `/tr` → trace); None for a word that
+    resembles none of them (`/nosuch`)."""
+    match = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.6)
     if match:
         return match[0]
-    prefixed = [c for c in COMMANDS if c.startswith(name[:2])]
-    return prefixed[0] if prefixed else None
+    prefixed = [c for c in COMMANDS if len(name) >= 2 and c.startswith(name)]
+    return prefixed[0] if len(prefixed) == 1 else None
 
 
 def dispatch(ctx: Context, line: str) -> bool:

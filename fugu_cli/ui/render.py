@@ -236,6 +236,8 @@ class Renderer:
             # the answer is the turn's, not a step's: in ultra mode the conductor's plan is a step's reply too
             if event.result.status == "success":
                 self._message(event.result.result, final=True)
+            elif event.result.error:
+                self.console.print(Text(f"! {event.result.error}", style="bold red"), overflow="fold")
             self.console.print(summary_text(event.result), overflow="fold")
 
     def _workflow(self, event: Event) -> None:
