@@ -97,20 +97,31 @@ class RouterSource:
 def router_source(config: Config, pool: Sequence[Worker]) -> RouterSource:
     """The configured router. With none configured (or "default"): the shipped checkpoint when at least two
     of its workers are in the pool, else the prior."""
+    return router_choice(config, pool)[0]
+
+
+def router_choice(config: Config, pool: Sequence[Worker]) -> tuple[RouterSource, str]:
+    """The router a session with this config and pool uses, and why (in words a user can act on)."""
     spec = config.router
     if spec == "prior":
-        return RouterSource(None, config.cost_weight)
+        return RouterSource(None, config.cost_weight), "router = prior is configured"
     if not spec or spec == "default":
         shipped = default_checkpoint()
-        if not (shipped / "router.json").is_file() or len(known_workers(shipped, pool)) < 2:
-            return RouterSource(None, config.cost_weight)
-        return RouterSource(shipped, config.cost_weight)
+        known = known_workers(shipped, pool) if (shipped / "router.json").is_file() else []
+        if len(known) < 2:
+            why = (
+                f"the shipped router knows {len(known)} of your workers ({', '.join(known) or 'none'}); "
+                "it needs two, so the prior (priority, then description) routes"
+            )
+            return RouterSource(None, config.cost_weight), why
+        why = f"the shipped router knows {len(known)} of your workers: {', '.join(known)}"
+        return RouterSource(shipped, config.cost_weight), why
     path = Path(spec).expanduser()
     if not path.exists():
         raise ConfigError(
             f"router checkpoint {spec} does not exist (give a directory made by fugu router train)"
         )
-    return RouterSource(path, config.cost_weight)
+    return RouterSource(path, config.cost_weight), f"router = {spec} is configured"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import typer
 
 from fugu_cli import __version__
 
-SUBCOMMANDS = ("pool", "sessions", "router", "demo", "eval", "serve", "help")
+SUBCOMMANDS = ("pool", "sessions", "router", "demo", "eval", "serve", "doctor", "completion", "help")
 
 app = typer.Typer(
     name="fugu",
@@ -147,6 +147,31 @@ def pool_cmd(
     from fugu_cli.ui import admin
 
     raise typer.Exit(admin.pool_command(pool, json_out))
+
+
+@app.command("doctor")
+def doctor_cmd(
+    pool: Annotated[str | None, typer.Option("--pool", help="A TOML file of [[workers]].")] = None,
+) -> None:
+    """Check this machine and folder: versions, keys, usable workers, the router a session would use."""
+    from fugu_cli.ui import doctor
+
+    raise typer.Exit(doctor.main(pool))
+
+
+class Shell(StrEnum):
+    bash = "bash"
+    zsh = "zsh"
+    fish = "fish"
+
+
+@app.command("completion")
+def completion_cmd(shell: Annotated[Shell, typer.Argument(help="bash, zsh or fish.")]) -> None:
+    """Print the shell completion script (where to put it: README.md, Shell completions)."""
+    from importlib import resources
+
+    script = resources.files("fugu_cli").joinpath("data", "completions", f"fugu.{shell.value}")
+    sys.stdout.write(script.read_text(encoding="utf-8"))
 
 
 @app.command("demo")
@@ -333,6 +358,6 @@ def main(argv: list[str] | None = None) -> Any:
     root.command(
         help=(run.__doc__ or "")
         + "\n\nCommands: fugu pool | fugu sessions [show ID] | fugu router info|train|eval | fugu eval SUITE"
-        " | fugu serve | fugu demo"
+        " | fugu serve | fugu demo | fugu doctor | fugu completion SHELL"
     )(run)
     return root(args=args, prog_name="fugu")

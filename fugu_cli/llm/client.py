@@ -266,8 +266,8 @@ def _status_text(status: object) -> str:
     return f"HTTP {status}: " if isinstance(status, int) else ""
 
 
-# litellm wraps a provider's words in its own names: "litellm.ServiceUnavailableError: ServiceUnavailableError:
-# OpenAIException - upstream is down". The user needs the provider's reason first.
+# litellm wraps a provider's words in its own names ("litellm.ServiceUnavailableError:
+# ServiceUnavailableError: OpenAIException - upstream is down"); the user needs the provider's reason first.
 _WRAPPERS = re.compile(r"^(?:(?:litellm\.)?\w+(?:Error|Exception)(?::| -)\s*)+")
 
 

@@ -48,13 +48,13 @@ def pool_command(pool: str | None, json_out: bool) -> int:
         print(json.dumps({"source": source, "workers": rows}, indent=2))
     else:
         print(f"pool from {source}:")
-        rows = []
+        table: list[tuple[str, str, str, str, str]] = []
         for a in checked:
             p_in, p_out, where = prices[a.worker.name]
             price = f"${p_in:g}/${p_out:g} per M ({where})" if p_in is not None else "price unknown ($0)"
-            rows.append(("ok" if a.ok else "--", a.worker.name, a.worker.model, price, a.reason))
-        widths = [max(len(r[i]) for r in rows) for i in range(4)]
-        for row in rows:
+            table.append(("ok" if a.ok else "--", a.worker.name, a.worker.model, price, a.reason))
+        widths = [max(len(r[i]) for r in table) for i in range(4)]
+        for row in table:
             cells = [cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)]
             print("  " + "  ".join([*cells, row[4]]).rstrip())
     if not any(a.ok for a in checked):
