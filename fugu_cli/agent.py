@@ -17,6 +17,7 @@ from fugu_cli.errors import Interrupted, ProviderError
 from fugu_cli.events import (
     AssistantMessage,
     Emit,
+    Event,
     Notice,
     ProviderFailed,
     RouteChosen,
@@ -25,8 +26,9 @@ from fugu_cli.events import (
     TextDelta,
     ToolFinished,
     ToolStarted,
+    ignore,
 )
-from fugu_cli.ledger import Ledger
+from fugu_cli.ledger import Ledger, StepRecord, TurnLedger
 from fugu_cli.llm import LLM
 from fugu_cli.router.roles import is_accept
 from fugu_cli.tools import ToolContext
@@ -55,19 +57,27 @@ class Limits:
     timeout_s: float | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class AgentDeps:
-    """Everything an agent needs; built by app.py (or by the conductor for a workflow step)."""
+    """What an agent works with; built by app.py (or by the conductor for a workflow step). Shared, so
+    frozen: whatever differs between runs travels in `TurnIO`."""
 
     llm: LLM
     tools: ToolRegistry
     tool_ctx: ToolContext
     ledger: Ledger
     workers: Mapping[str, Worker]
-    emit: Emit
     session_id: str
-    stream: bool = False
     role_prompt: Callable[[str], str] | None = None
+
+
+@dataclass(frozen=True)
+class TurnIO:
+    """How one run meets the outside: where its events go, whether text streams, and the cancel flag."""
+
+    emit: Emit = ignore
+    cancel: threading.Event | None = None
+    stream: bool = False
 
 
 @dataclass
@@ -79,8 +89,7 @@ class _Tally:
 
     def add(self, worker: str, usage: Usage) -> None:
         self.usage = self.usage + usage
-        w = self.workers.get(worker, WorkerUsage())
-        self.workers[worker] = WorkerUsage(w.steps + 1, w.cost_usd + usage.cost_usd)
+        self.workers[worker] = self.workers.get(worker, WorkerUsage()) + WorkerUsage(1, usage.cost_usd)
 
 
 class Agent:
@@ -88,120 +97,135 @@ class Agent:
         self.d = deps
 
     def run(
+        self, messages: list[Message], turn: int, pick: Picker, limits: Limits, io: TurnIO | None = None
+    ) -> TurnResult:
+        """Work on `messages` (appending to it, and recording every new message in the ledger) until a final
+        answer, a limit, a failure or an interrupt."""
+        return _Run(self.d, messages, self.d.ledger.turn(turn), pick, limits, io or TurnIO()).go()
+
+
+class _Run:
+    """One `Agent.run`: its transcript, its turn's ledger, its tally and the workers that failed in it."""
+
+    def __init__(
         self,
+        deps: AgentDeps,
         messages: list[Message],
-        turn: int,
+        ledger: TurnLedger,
         pick: Picker,
         limits: Limits,
-        *,
-        cancel: threading.Event | None = None,
-        on_message: Callable[[Message], None] = lambda m: None,
-    ) -> TurnResult:
-        """Work on `messages` (appending to it) until a final answer, a limit, a failure or an interrupt."""
-        tally = _Tally()
-        started = time.monotonic()
+        io: TurnIO,
+    ) -> None:
+        self.d, self.messages, self.ledger, self.pick, self.limits, self.io = (
+            deps,
+            messages,
+            ledger,
+            pick,
+            limits,
+            io,
+        )
+        self.tally = _Tally()
+        self.failed: set[str] = set()
+        self.started = time.monotonic()
+        self.sid = deps.session_id
+
+    def go(self) -> TurnResult:
         last_worker: str | None = None
         last_text = ""
-        self._failed: set[str] = set()
         while True:
-            status = self._limit_hit(tally, limits, started, cancel)
+            status = self._limit_hit()
             if status:
-                return self._result(status, last_text, tally, _limit_message(status, limits))
-            step = tally.steps + 1
-            state = RouteState(messages=tuple(messages), step=step, last_worker=last_worker)
+                return self._result(status, last_text, _limit_message(status, self.limits))
+            step = self.tally.steps + 1
+            state = RouteState(messages=tuple(self.messages), step=step, last_worker=last_worker)
             try:
-                decision, reply, usage, step_started = self._call(state, turn, pick, cancel)
+                decision, reply, usage, step_started = self._call(state)
             except Interrupted:
-                return self._result("interrupted", last_text, tally, "interrupted by the user")
+                return self._result("interrupted", last_text, "interrupted by the user")
             except _AllFailed as e:
-                return self._result("error_during_execution", last_text, tally, str(e))
-            tally.steps = step
-            tally.add(decision.worker, usage)
+                return self._result("error_during_execution", last_text, str(e))
+            self.tally.steps = step
+            self.tally.add(decision.worker, usage)
             last_worker = decision.worker
             last_text = reply.content or last_text
-            messages.append(reply)
-            on_message(reply)
-            self.d.emit(AssistantMessage(self.d.session_id, step=step, message=reply, usage=usage))
-            results = self._run_tools(reply, turn, step, decision.worker, cancel, messages, on_message)
-            tally.denied.extend(r.content for r in results if r.denied)
-            interrupted = cancel is not None and cancel.is_set()
-            self.d.ledger.step(
-                turn,
-                step,
-                decision,
-                "interrupted" if interrupted else "ok",
-                usage,
-                reply.content or "",
-                step_started,
+            self._append(reply)
+            self._emit(AssistantMessage(session_id=self.sid, step=step, message=reply, usage=usage))
+            results = self._run_tools(reply, step, decision.worker)
+            self.tally.denied.extend(r.content for r in results if r.denied)
+            interrupted = self._cancelled()
+            status_text = "interrupted" if interrupted else "ok"
+            self.ledger.step(
+                StepRecord(step, decision, status_text, usage, reply.content or "", step_started)
             )
-            self.d.emit(
-                StepFinished(
-                    self.d.session_id,
-                    step=step,
-                    worker=decision.worker,
-                    usage=usage,
-                    tools=tuple(tc.name for tc in reply.tool_calls),
-                )
+            tools = tuple(tc.name for tc in reply.tool_calls)
+            self._emit(
+                StepFinished(session_id=self.sid, step=step, worker=decision.worker, usage=usage, tools=tools)
             )
             if interrupted:
-                return self._result("interrupted", last_text, tally, "interrupted by the user")
+                return self._result("interrupted", last_text, "interrupted by the user")
             accepted = decision.role == "verifier" and is_accept(reply.content)
             if not reply.tool_calls or accepted:
-                return self._result("success", reply.content or "", tally, None)
+                return self._result("success", reply.content or "", None)
 
-    def _limit_hit(
-        self, tally: _Tally, limits: Limits, started: float, cancel: threading.Event | None
-    ) -> TurnStatus | None:
-        if cancel is not None and cancel.is_set():
+    def _cancelled(self) -> bool:
+        return self.io.cancel is not None and self.io.cancel.is_set()
+
+    def _emit(self, event: Event) -> None:
+        self.io.emit(event)
+
+    def _append(self, message: Message) -> None:
+        self.messages.append(message)
+        self.ledger.message(message)
+
+    def _limit_hit(self) -> TurnStatus | None:
+        limits, tally = self.limits, self.tally
+        if self._cancelled():
             return "interrupted"
         if tally.steps >= limits.max_steps:
             return "error_max_turns"
         if limits.max_budget_usd is not None and tally.usage.cost_usd >= limits.max_budget_usd:
             return "error_max_budget"
-        if limits.timeout_s is not None and time.monotonic() - started > limits.timeout_s:
+        if limits.timeout_s is not None and time.monotonic() - self.started > limits.timeout_s:
             return "error_during_execution"
         return None
 
-    def _call(
-        self, state: RouteState, turn: int, pick: Picker, cancel: threading.Event | None
-    ) -> tuple[RouteDecision, Message, Usage, float]:
+    def _call(self, state: RouteState) -> tuple[RouteDecision, Message, Usage, float]:
         """Pick a worker and get its reply; on a provider failure ask the picker for another (failover)."""
         errors: list[str] = []
         failover = False
+        step = state.step
         while True:
             try:
-                decision = pick(
-                    dataclasses.replace(state, excluded=frozenset(self._failed), failover=failover)
+                decision = self.pick(
+                    dataclasses.replace(state, excluded=frozenset(self.failed), failover=failover)
                 )
             except LookupError:
                 raise _AllFailed("every worker failed: " + "; ".join(errors)) from None
-            self.d.ledger.route(turn, state.step, decision)
-            self.d.emit(RouteChosen(self.d.session_id, step=state.step, decision=decision))
+            self.ledger.route(step, decision)
+            self._emit(RouteChosen(session_id=self.sid, step=step, decision=decision))
             worker = self.d.workers[decision.worker]
-            self.d.emit(StepStarted(self.d.session_id, step=state.step, worker=worker.name))
+            self._emit(StepStarted(session_id=self.sid, step=step, worker=worker.name))
             step_started = time.time()
             try:
                 completion = self.d.llm.complete(
                     worker,
                     self._with_role(state.messages, decision.role),
                     self.d.tools.schemas(),
-                    on_text=self._streamer(worker.name) if self.d.stream else None,
-                    cancel=cancel,
+                    on_text=self._streamer(worker.name) if self.io.stream else None,
+                    cancel=self.io.cancel,
                 )
             except Interrupted:
-                self.d.ledger.step(turn, state.step, decision, "interrupted", Usage(), "", step_started)
+                self.ledger.step(StepRecord(step, decision, "interrupted", Usage(), "", step_started))
                 raise
             except ProviderError as e:
                 errors.append(f"{worker.name}: {e}")
-                self.d.emit(
-                    ProviderFailed(self.d.session_id, step=state.step, worker=worker.name, error=str(e))
-                )
-                self.d.ledger.step(
-                    turn, state.step, decision, "provider_error", Usage(), str(e), step_started
-                )
-                self._failed.add(worker.name)
+                self._emit(ProviderFailed(session_id=self.sid, step=step, worker=worker.name, error=str(e)))
+                self.ledger.step(StepRecord(step, decision, "provider_error", Usage(), str(e), step_started))
+                self.failed.add(worker.name)
                 failover = True
                 continue
+            for warning in completion.warnings:
+                self._emit(Notice(session_id=self.sid, level="warning", text=warning))
             reply = dataclasses.replace(completion.message, worker=worker.name)
             return decision, reply, completion.usage, step_started
 
@@ -218,45 +242,36 @@ class Agent:
 
     def _streamer(self, worker: str) -> Callable[[str], None]:
         def on_text(text: str) -> None:
-            self.d.emit(TextDelta(self.d.session_id, worker=worker, text=text))
+            self._emit(TextDelta(session_id=self.sid, worker=worker, text=text))
 
         return on_text
 
-    def _run_tools(
-        self,
-        reply: Message,
-        turn: int,
-        step: int,
-        worker: str,
-        cancel: threading.Event | None,
-        messages: list[Message],
-        on_message: Callable[[Message], None],
-    ) -> list[ToolResult]:
-        ctx = dataclasses.replace(self.d.tool_ctx, agent=worker, cancel=cancel)
+    def _run_tools(self, reply: Message, step: int, worker: str) -> list[ToolResult]:
+        ctx = dataclasses.replace(self.d.tool_ctx, agent=worker, cancel=self.io.cancel)
         results: list[ToolResult] = []
         for call in reply.tool_calls:
-            if cancel is not None and cancel.is_set():
+            if self._cancelled():
                 result = ToolResult(call.id, call.name, "Not run: the user interrupted.", is_error=True)
             else:
-                self.d.emit(ToolStarted(self.d.session_id, step=step, worker=worker, call=call))
+                self._emit(ToolStarted(session_id=self.sid, step=step, worker=worker, call=call))
                 result = self.d.tools.run(call, ctx)
-            self.d.ledger.tool_call(turn, step, worker, call, result)
-            tool_msg = Message(
-                role="tool", content=result.content, tool_call_id=call.id, name=call.name, worker=worker
+            self.ledger.tool_call(step, worker, call, result)
+            self._append(
+                Message(
+                    role="tool", content=result.content, tool_call_id=call.id, name=call.name, worker=worker
+                )
             )
-            messages.append(tool_msg)
-            on_message(tool_msg)
-            self.d.emit(ToolFinished(self.d.session_id, step=step, worker=worker, call=call, result=result))
+            self._emit(ToolFinished(session_id=self.sid, step=step, worker=worker, call=call, result=result))
             results.append(result)
         return results
 
-    def _result(self, status: TurnStatus, text: str, tally: _Tally, error: str | None) -> TurnResult:
-        if error and status != "success":
-            self.d.emit(Notice(self.d.session_id, level="error", text=error))
+    def _result(self, status: TurnStatus, text: str, error: str | None) -> TurnResult:
+        """The run's outcome; its error is said once, by whoever shows the result (not also as a notice)."""
+        tally = self.tally
         return TurnResult(
             status=status,
             result=text if status == "success" else (error or text),
-            session_id=self.d.session_id,
+            session_id=self.sid,
             num_turns=tally.steps,
             usage=tally.usage,
             workers=dict(tally.workers),

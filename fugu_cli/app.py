@@ -1,62 +1,43 @@
-"""The one composition root: turns options and configuration into a ready Session (and its parts).
+"""The one composition root: run options become a `Resolved` (configuration, pool, router) once, and a
+`Resolved` becomes ready Sessions (`assemble`), as many as a server or an eval run needs.
 
 Tests inject a scripted LLM or an approver here instead of patching. Never prints.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
+import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fugu_cli.agent import AgentDeps, Limits
-from fugu_cli.config import Config, PermissionModeName, fugu_home, load_config
-from fugu_cli.errors import ConfigError, NoWorkerError, UsageError
-from fugu_cli.events import ignore
+from fugu_cli.config import Config, find_repo_root, fugu_home, load_config
+from fugu_cli.errors import ConfigError, UsageError
 from fugu_cli.ledger import Ledger
 from fugu_cli.llm import LLM
-from fugu_cli.pool import POOL_HINT, configured_pool, key_missing
+from fugu_cli.options import RunOptions
+from fugu_cli.pool import usable_pool, with_table_prices
 from fugu_cli.redact import register_secret_env
 from fugu_cli.router import Router
 from fugu_cli.router.prior import PriorRouter
-from fugu_cli.router.roles import role_instructions
+from fugu_cli.router.roles import ROLE_MAX_STEPS, role_instructions
 from fugu_cli.session import Session, SessionConfig, SessionDeps
-from fugu_cli.store import Store, new_session_id
+from fugu_cli.store import SessionRow, Store, new_session_id
 from fugu_cli.tools import Approver, PermissionPolicy, configure_tools
-from fugu_cli.types import Message, Worker
+from fugu_cli.types import PermissionMode, Worker
 
 if TYPE_CHECKING:
     from fugu_cli.conductor import Conductor
+    from fugu_cli.router.backbone import Backbone
 
+__all__ = ["Resolved", "RunOptions", "assemble", "build_session", "open_store", "resolve"]
 
-@dataclass
-class RunOptions:
-    """What the user asked for on the command line (None: not given, the config decides)."""
-
-    cwd: Path = field(default_factory=Path.cwd)
-    pool: str | None = None
-    worker: str | None = None
-    router: str | None = None
-    cost_weight: float | None = None
-    permission_mode: str | None = None
-    max_turns: int | None = None
-    max_budget_usd: float | None = None
-    resume: str | None = None
-    continue_last: bool = False
-    stream: bool = False
-    ultra: bool | None = None
-    plan: Path | None = None  # --plan FILE: the workflow ultra mode runs instead of asking the conductor
-
-
-@dataclass(frozen=True)
-class Availability:
-    worker: Worker
-    ok: bool
-    reason: str
+# what may differ between sessions assembled from one Resolved (the rest is resolved once)
+_PER_SESSION = ("worker", "permission_mode", "max_turns", "max_budget_usd", "ultra")
 
 
 def open_store() -> Store:
@@ -64,80 +45,11 @@ def open_store() -> Store:
 
 
 def repo_root(cwd: Path) -> Path:
-    from fugu_cli.config import find_repo_root
-
     return find_repo_root(cwd.resolve()) or cwd.resolve()
 
 
-def check_pool(workers: Sequence[Worker], *, probe_servers: bool = True) -> list[Availability]:
-    """Whether each worker can be used now: its key is set and, for a local server, the server answers."""
-    from fugu_cli.llm.probe import check_available
-
-    out: list[Availability] = []
-    for w in workers:
-        missing = key_missing(w)
-        if missing:
-            out.append(Availability(w, False, f"{missing} is not set"))
-        elif w.api_base and probe_servers:
-            ok, reason = check_available(w, timeout_s=2.0)
-            out.append(Availability(w, ok, reason))
-        else:
-            out.append(Availability(w, True, "key set" if w.api_key_env else "no key needed"))
-    return out
-
-
-def load_options_config(opts: RunOptions) -> Config:
-    overrides: dict[str, Any] = {
-        "pool": opts.pool,
-        "worker": opts.worker,
-        "router": opts.router,
-        "cost_weight": opts.cost_weight,
-        "permission_mode": opts.permission_mode,
-        "max_turns": opts.max_turns,
-        "max_budget_usd": opts.max_budget_usd,
-        "ultra": opts.ultra,
-    }
-    return load_config(opts.cwd, overrides)
-
-
-def discover_pool(config: Config, cwd: Path, saved: Sequence[Worker] = ()) -> tuple[list[Worker], str]:
-    """The configured pool; else a resumed session's; else one from the keys present or a local Ollama."""
-    workers, source = configured_pool(config, cwd)
-    if not workers and saved:
-        workers, source = list(saved), "the resumed session"
-    if not workers:
-        from fugu_cli.llm.probe import ollama_workers
-
-        workers, source = ollama_workers(), "a local Ollama server"
-    return workers, source
-
-
-def usable_pool(config: Config, cwd: Path, saved: Sequence[Worker] = ()) -> list[Worker]:
-    workers, source = discover_pool(config, cwd, saved)
-    if not workers:
-        raise NoWorkerError(f"no worker is configured: {POOL_HINT}")
-    checked = check_pool(workers)
-    usable = [a.worker for a in checked if a.ok]
-    if not usable:
-        why = "; ".join(f"{a.worker.name}: {a.reason}" for a in checked)
-        raise NoWorkerError(f"no usable worker in {source} ({why}): {POOL_HINT}")
-    return usable
-
-
-def with_table_prices(pool: Sequence[Worker]) -> list[Worker]:
-    """Workers without their own prices get litellm's, so the router's cost term (λ) sees every price.
-    Only asked for when λ > 0: it imports litellm."""
-    from fugu_cli.llm.client import table_price
-
-    out: list[Worker] = []
-    for w in pool:
-        found = table_price(w.model) if w.price_in is None and w.price_out is None else None
-        out.append(dataclasses.replace(w, price_in=found[0], price_out=found[1]) if found else w)
-    return out
-
-
 def default_checkpoint() -> Path:
-    """The router shipped in the package (trained on swebench_verified_dev)."""
+    """The router shipped in the package."""
     return Path(str(resources.files("fugu_cli").joinpath("data", "router_default")))
 
 
@@ -149,28 +61,175 @@ def known_workers(checkpoint: Path, pool: Sequence[Worker]) -> list[str]:
     return [w.name for w in pool if w.name in names or w.model in models]
 
 
-def build_router(config: Config, pool: Sequence[Worker]) -> Router:
+class RouterSource:
+    """Makes each session's router. A learned router's backbone is loaded once and shared by the sessions
+    of one process (a server's, an eval run's); the head and the per-transcript cache are each session's."""
+
+    def __init__(self, checkpoint: Path | None, cost_weight: float) -> None:
+        self.checkpoint = checkpoint  # None: the prior
+        self.cost_weight = cost_weight
+        self._backbone: Backbone | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return "prior" if self.checkpoint is None else f"learned:{self.checkpoint.name}"
+
+    def make(self) -> Router:
+        if self.checkpoint is None:
+            return PriorRouter()
+        from fugu_cli.router.learned import LearnedRouter
+
+        spec = self.checkpoint
+        with self._lock:
+            try:
+                if self._backbone is not None:
+                    try:
+                        return LearnedRouter.load(spec, cost_weight=self.cost_weight, backbone=self._backbone)
+                    except ValueError:  # its SVF changes the backbone's weights: it needs its own
+                        return LearnedRouter.load(spec, cost_weight=self.cost_weight)
+                router = LearnedRouter.load(spec, cost_weight=self.cost_weight)
+            except (OSError, ValueError, KeyError) as e:
+                raise ConfigError(f"cannot load router checkpoint {spec}: {e}") from e
+            self._backbone = router.backbone
+            return router
+
+
+def router_source(config: Config, pool: Sequence[Worker]) -> RouterSource:
     """The configured router. With none configured (or "default"): the shipped checkpoint when at least two
     of its workers are in the pool, else the prior."""
+    return router_choice(config, pool)[0]
+
+
+def router_choice(config: Config, pool: Sequence[Worker]) -> tuple[RouterSource, str]:
+    """The router a session with this config and pool uses, and why (in words a user can act on)."""
     spec = config.router
     if spec == "prior":
-        return PriorRouter()
+        return RouterSource(None, config.cost_weight), "router = prior is configured"
     if not spec or spec == "default":
         shipped = default_checkpoint()
-        if not (shipped / "router.json").is_file() or len(known_workers(shipped, pool)) < 2:
-            return PriorRouter()
-        spec = str(shipped)
-    from fugu_cli.router.learned import LearnedRouter
-
+        known = known_workers(shipped, pool) if (shipped / "router.json").is_file() else []
+        if len(known) < 2:
+            why = (
+                f"the shipped router knows {len(known)} of your workers ({', '.join(known) or 'none'}); "
+                "it needs two, so the prior (priority, then description) routes"
+            )
+            return RouterSource(None, config.cost_weight), why
+        why = f"the shipped router knows {len(known)} of your workers: {', '.join(known)}"
+        return RouterSource(shipped, config.cost_weight), why
     path = Path(spec).expanduser()
     if not path.exists():
         raise ConfigError(
             f"router checkpoint {spec} does not exist (give a directory made by fugu router train)"
         )
-    try:
-        return LearnedRouter.load(path, cost_weight=config.cost_weight)
-    except (OSError, ValueError, KeyError) as e:
-        raise ConfigError(f"cannot load router checkpoint {spec}: {e}") from e
+    return RouterSource(path, config.cost_weight), f"router = {spec} is configured"
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Configuration, pool and router, resolved once from run options; sessions are assembled from it."""
+
+    options: RunOptions
+    config: Config
+    pool: tuple[Worker, ...]
+    routers: RouterSource = field(compare=False)
+
+    @property
+    def names(self) -> list[str]:
+        return [w.name for w in self.pool]
+
+
+def resolve(opts: RunOptions, *, saved_pool: Sequence[Worker] = ()) -> Resolved:
+    """Read the configuration layers, find the usable pool (probing local servers) and the router.
+
+    `saved_pool` is a resumed session's pool, used when nothing else is configured."""
+    config = load_config(opts.cwd, opts.overrides(), trust_project=opts.trust_project)
+    pool = usable_pool(config, opts.cwd, saved_pool)
+    if config.cost_weight > 0:
+        pool = with_table_prices(pool)
+    if config.worker and config.worker not in [w.name for w in pool]:
+        names = ", ".join(w.name for w in pool)
+        raise UsageError(f"--worker {config.worker}: no such usable worker; choose one of: {names}")
+    register_secret_env(w.api_key_env for w in pool)
+    return Resolved(opts, config, tuple(pool), router_source(config, pool))
+
+
+def build_session(
+    opts: RunOptions,
+    *,
+    llm: LLM | None = None,
+    approver: Approver | None = None,
+    store: Store | None = None,
+) -> Session:
+    """One session from flags, config, the store (on resume) and the pool."""
+    store = store or open_store()
+    row = _resumed_row(store, opts) if opts.resuming else None
+    saved = [Worker(**w) for w in json.loads(row.pool_json)] if row else []
+    return assemble(resolve(opts, saved_pool=saved), opts, llm=llm, approver=approver, store=store)
+
+
+def assemble(
+    resolved: Resolved,
+    opts: RunOptions | None = None,
+    *,
+    llm: LLM | None = None,
+    approver: Approver | None = None,
+    store: Store | None = None,
+) -> Session:
+    """A session in `opts.cwd` with `resolved`'s pool and router. `opts` may differ from the resolved
+    options in where the session runs, whether it resumes, and the per-session settings (worker, permission
+    mode, limits, ultra); the pool, the router and the configuration files are `resolved`'s."""
+    opts = opts or resolved.options
+    update = {k: v for k, v in opts.overrides().items() if k in _PER_SESSION and v is not None}
+    config = resolved.config.model_copy(update=update)
+    if config.worker and config.worker not in resolved.names:
+        raise UsageError(
+            f"--worker {config.worker}: no such usable worker; choose one of: {', '.join(resolved.names)}"
+        )
+    store = store or open_store()
+    root = repo_root(opts.cwd)
+    row = _resumed_row(store, opts) if opts.resuming else None
+    messages = [m for _, m in store.load_messages(row.id)] if row else []
+    router = resolved.routers.make()
+    sid = row.id if row else new_session_id()
+    if row is None:
+        pool_json = json.dumps([asdict(w) for w in resolved.pool])
+        store.create_session(sid, str(root), "ultra" if config.ultra else "fugu", pool_json, router.name)
+    mode: PermissionMode = config.permission_mode or "ask"
+    from fugu_cli.tools.registry import ToolRegistry
+
+    agent = AgentDeps(
+        llm=llm or make_llm(config),
+        tools=ToolRegistry.default(),
+        tool_ctx=configure_tools(
+            config,
+            root,
+            PermissionPolicy(
+                mode=mode, allow=list(config.permissions.allow), deny=list(config.permissions.deny)
+            ),
+            approver,
+        ),
+        ledger=Ledger(store, sid),
+        workers={w.name: w for w in resolved.pool},
+        session_id=sid,
+        role_prompt=role_instructions,
+    )
+    session_config = SessionConfig(
+        root=root,
+        limits=Limits(max_steps=_max_steps(config, opts, router), max_budget_usd=config.max_budget_usd),
+        forced_worker=config.worker,
+        system_prompt=system_prompt(root),
+        permission_mode=mode,
+        router_name=router.name,
+        ultra=config.ultra,
+        stream=opts.stream,
+        notices=_notices(config),
+    )
+    ultra = build_conductor(config, opts, agent, store, resolved.pool, root)
+    deps = SessionDeps(
+        agent=agent, store=store, pool=resolved.pool, router=router, fallback=PriorRouter(), ultra=ultra
+    )
+    return Session(deps, session_config, messages)
 
 
 def system_prompt(root: Path, name: str = "system") -> str:
@@ -194,70 +253,6 @@ def make_llm(config: Config) -> LLM:
             timeout_s=s.timeout_s, max_retries=s.max_retries, backoff_base_s=s.backoff_base_s, stream=s.stream
         )
     )
-
-
-def build_session(
-    opts: RunOptions,
-    *,
-    llm: LLM | None = None,
-    approver: Approver | None = None,
-    store: Store | None = None,
-) -> Session:
-    """Everything a turn needs, from flags, config, the store (on resume) and the pool."""
-    config = load_options_config(opts)
-    store = store or open_store()
-    root = repo_root(opts.cwd)
-    resumed, saved_pool, messages = _resume(store, opts, root)
-    pool = usable_pool(config, opts.cwd, saved_pool)
-    if config.cost_weight > 0:
-        pool = with_table_prices(pool)
-    names = [w.name for w in pool]
-    if config.worker and config.worker not in names:
-        raise UsageError(
-            f"--worker {config.worker}: no such usable worker; choose one of: {', '.join(names)}"
-        )
-    register_secret_env(w.api_key_env for w in pool)
-    router = build_router(config, pool)
-    mode: PermissionModeName = config.permission_mode or "ask"
-    policy = PermissionPolicy(
-        mode=mode, allow=list(config.permissions.allow), deny=list(config.permissions.deny)
-    )
-    sid = resumed or new_session_id()
-    if not resumed:
-        store.create_session(
-            sid,
-            str(root),
-            "ultra" if config.ultra else "fugu",
-            json.dumps([asdict(w) for w in pool]),
-            router.name,
-        )
-    from fugu_cli.tools.registry import ToolRegistry
-
-    agent = AgentDeps(
-        llm=llm or make_llm(config),
-        tools=ToolRegistry.default(),
-        tool_ctx=configure_tools(config, root, policy, approver),
-        ledger=Ledger(store, sid),
-        workers={w.name: w for w in pool},
-        emit=ignore,
-        session_id=sid,
-        stream=opts.stream,
-        role_prompt=role_instructions,
-    )
-    session_config = SessionConfig(
-        root=root,
-        limits=Limits(max_steps=_max_steps(config, opts, router), max_budget_usd=config.max_budget_usd),
-        forced_worker=config.worker,
-        system_prompt=system_prompt(root),
-        permission_mode=mode,
-        router_name=router.name,
-    )
-    ultra = build_conductor(config, opts, agent, store, pool, root)
-    session_config.ultra = config.ultra
-    deps = SessionDeps(
-        agent=agent, store=store, pool=pool, router=router, fallback=PriorRouter(), ultra=ultra
-    )
-    return Session(deps, session_config, messages)
 
 
 def build_conductor(
@@ -291,22 +286,27 @@ def build_conductor(
     return Conductor(ConductorDeps(agent=agent, store=store, pool=pool), cfg)
 
 
-def _resume(store: Store, opts: RunOptions, root: Path) -> tuple[str | None, list[Worker], list[Message]]:
-    if not (opts.resume or opts.continue_last):
-        return None, [], []
+def _resumed_row(store: Store, opts: RunOptions) -> SessionRow:
+    root = repo_root(opts.cwd)
     row = store.get_session(opts.resume) if opts.resume else store.latest_session(str(root))
     if row is None:
         what = f"session {opts.resume}" if opts.resume else f"a previous session in {root}"
         raise UsageError(f"cannot resume: no {what} (list them with: fugu sessions)")
-    saved = [Worker(**w) for w in json.loads(row.pool_json)]
-    messages = [m for _, m in store.load_messages(row.id)]
-    return row.id, saved, messages
+    return row
+
+
+def _notices(config: Config) -> tuple[str, ...]:
+    if not config.ignored:
+        return ()
+    what = ", ".join(config.ignored)
+    return (
+        f"this folder is not trusted, so its .fugu/config.toml was obeyed only in part (ignored: {what}). "
+        "Trust it with --trust-project, or answer yes when the REPL asks",
+    )
 
 
 def _max_steps(config: Config, opts: RunOptions, router: Router) -> int:
     """The role variant works in short turns (ROLE_MAX_STEPS) unless the user asked for another limit."""
-    from fugu_cli.router.roles import ROLE_MAX_STEPS
-
     if getattr(router, "has_roles", False) and opts.max_turns is None:
         return min(config.max_turns, ROLE_MAX_STEPS)
     return config.max_turns

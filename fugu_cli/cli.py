@@ -14,7 +14,7 @@ import typer
 
 from fugu_cli import __version__
 
-SUBCOMMANDS = ("pool", "sessions", "router", "demo", "eval", "serve", "help")
+SUBCOMMANDS = ("pool", "sessions", "router", "demo", "eval", "serve", "doctor", "completion", "help")
 
 app = typer.Typer(
     name="fugu",
@@ -36,11 +36,17 @@ class OutputFormat(StrEnum):
     stream_json = "stream-json"
 
 
-class PermissionMode(StrEnum):
+class PermissionChoice(StrEnum):
+    """fugu's permission modes and Claude Code's names for them (fugu_cli.options maps those)."""
+
     ask = "ask"
     auto_edit = "auto-edit"
     full_auto = "full-auto"
     read_only = "read-only"
+    default = "default"
+    accept_edits = "acceptEdits"
+    bypass_permissions = "bypassPermissions"
+    plan = "plan"
 
 
 def run(
@@ -61,8 +67,11 @@ def run(
     worker: Annotated[str | None, typer.Option("--worker", help="Force this worker for every step.")] = None,
     pool: Annotated[str | None, typer.Option("--pool", help="A TOML file of [[workers]].")] = None,
     permission_mode: Annotated[
-        PermissionMode | None,
-        typer.Option("--permission-mode", help="ask, auto-edit, full-auto or read-only."),
+        PermissionChoice | None,
+        typer.Option(
+            "--permission-mode",
+            help="ask, auto-edit, full-auto or read-only (or Claude Code's names for them).",
+        ),
     ] = None,
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="Allow edits and commands (same as full-auto).")
@@ -87,35 +96,46 @@ def run(
     verbose: Annotated[
         bool, typer.Option("--verbose", help="Show route decisions and tool calls on stderr.")
     ] = False,
+    trust_project: Annotated[
+        bool,
+        typer.Option(
+            "--trust-project", help="Obey this repository's .fugu/config.toml in full (workers, permissions)."
+        ),
+    ] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Also print fugu's log (kept in FUGU_HOME/logs) on stderr.")
+    ] = False,
     version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
 ) -> None:
     """Run a task (fugu TASK, fugu -p TASK, or the task on stdin), or open the REPL."""
     if version:
         print(f"fugu {__version__}")
         raise typer.Exit(0)
+    from fugu_cli import logs
+    from fugu_cli.options import RunOptions
+    from fugu_cli.options import permission_mode as mode_of
     from fugu_cli.ui import run as runner
 
-    mode = "full-auto" if yes else (permission_mode.value if permission_mode else None)
-    code = runner.main(
-        runner.Request(
-            task=" ".join(task or []),
-            print_mode=print_mode,
-            output_format=output_format.value,
-            max_turns=max_turns,
-            max_budget_usd=max_budget_usd,
-            worker=worker,
-            pool=pool,
-            permission_mode=mode,
-            continue_last=continue_last,
-            resume=resume,
-            router=router,
-            cost_weight=cost_weight,
-            ultra=ultra or plan is not None,
-            plan=plan,
-            verbose=verbose,
-        )
+    logs.setup(debug=debug)
+    mode = "full-auto" if yes else (mode_of(permission_mode.value) if permission_mode else None)
+    opts = RunOptions(
+        cwd=Path.cwd(),
+        pool=pool,
+        worker=worker,
+        router=router,
+        cost_weight=cost_weight,
+        permission_mode=mode,
+        max_turns=max_turns,
+        max_budget_usd=max_budget_usd,
+        resume=resume,
+        continue_last=continue_last,
+        stream=output_format is OutputFormat.text and sys.stdout.isatty(),
+        ultra=True if ultra or plan is not None else None,
+        plan=plan,
+        trust_project=trust_project,
     )
-    raise typer.Exit(code)
+    out = runner.Output(task=" ".join(task or []), print_mode=print_mode, format=output_format.value)
+    raise typer.Exit(runner.main(opts, out))
 
 
 @app.command("pool")
@@ -127,6 +147,31 @@ def pool_cmd(
     from fugu_cli.ui import admin
 
     raise typer.Exit(admin.pool_command(pool, json_out))
+
+
+@app.command("doctor")
+def doctor_cmd(
+    pool: Annotated[str | None, typer.Option("--pool", help="A TOML file of [[workers]].")] = None,
+) -> None:
+    """Check this machine and folder: versions, keys, usable workers, the router a session would use."""
+    from fugu_cli.ui import doctor
+
+    raise typer.Exit(doctor.main(pool))
+
+
+class Shell(StrEnum):
+    bash = "bash"
+    zsh = "zsh"
+    fish = "fish"
+
+
+@app.command("completion")
+def completion_cmd(shell: Annotated[Shell, typer.Argument(help="bash, zsh or fish.")]) -> None:
+    """Print the shell completion script (where to put it: README.md, Shell completions)."""
+    from importlib import resources
+
+    script = resources.files("fugu_cli").joinpath("data", "completions", f"fugu.{shell.value}")
+    sys.stdout.write(script.read_text(encoding="utf-8"))
 
 
 @app.command("demo")
@@ -166,9 +211,11 @@ def eval_cmd(
 ) -> None:
     """Run a task suite per worker and per mode, score each run by the task's check, and store the rewards
     that router training learns from. Without --worker/--mode: every usable worker and fugu."""
+    from fugu_cli import logs
     from fugu_cli.eval import EvalOptions
     from fugu_cli.eval import main as eval_main
 
+    logs.setup()
     options = EvalOptions(
         suite=suite,
         workers=worker or [],
@@ -193,21 +240,22 @@ def serve_cmd(
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port (0: any free one).")] = 8787,
     pool: Annotated[str | None, typer.Option("--pool", help="A TOML file of [[workers]].")] = None,
     permission_mode: Annotated[
-        PermissionMode,
+        PermissionChoice,
         typer.Option(
             "--permission-mode",
             help="What tools may do: read-only (default), auto-edit, full-auto; ask refuses (no terminal).",
         ),
-    ] = PermissionMode.read_only,
+    ] = PermissionChoice.read_only,
     api_key: Annotated[
         str | None, typer.Option("--api-key", envvar="FUGU_SERVE_KEY", help="Require this bearer token.")
     ] = None,
 ) -> None:
     """Serve an OpenAI-compatible endpoint: models fugu, fugu-ultra and fugu/<worker>."""
-    from fugu_cli import serve
+    from fugu_cli import logs, serve
 
+    logs.setup()
     options = serve.ServeOptions(
-        host=host, port=port, pool=pool, permission_mode=permission_mode.value, api_key=api_key
+        host=host, port=port, pool=pool, permission_mode=permission_mode, api_key=api_key
     )
     raise typer.Exit(serve.main(options))
 
@@ -310,6 +358,6 @@ def main(argv: list[str] | None = None) -> Any:
     root.command(
         help=(run.__doc__ or "")
         + "\n\nCommands: fugu pool | fugu sessions [show ID] | fugu router info|train|eval | fugu eval SUITE"
-        " | fugu serve | fugu demo"
+        " | fugu serve | fugu demo | fugu doctor | fugu completion SHELL"
     )(run)
     return root(args=args, prog_name="fugu")

@@ -1,20 +1,24 @@
 """Layered configuration: defaults < user config < `.fugu/config.toml` < `FUGU_*` environment < flags.
 
-Owns where state lives (`FUGU_HOME`) and how config files are read and validated. Never prints.
+Owns where state lives (`FUGU_HOME`), how config files are read and validated, and which folders the user
+trusts: a repository's own config is untrusted until then, and may only make fugu more careful (no workers,
+endpoints, routers, permissions or tools from a cloned repo). Never prints.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from fugu_cli.errors import ConfigError
-
-PermissionModeName = Literal["ask", "auto-edit", "full-auto", "read-only"]
+from fugu_cli.types import PermissionMode
 
 
 class WorkerConfig(BaseModel):
@@ -90,7 +94,7 @@ class Config(BaseModel):
 
     router: str | None = None
     cost_weight: float = Field(default=0.0, ge=0)
-    permission_mode: PermissionModeName | None = None
+    permission_mode: PermissionMode | None = None
     max_turns: int = Field(default=40, ge=1)
     max_budget_usd: float | None = Field(default=None, gt=0)
     shell_timeout_s: float = Field(default=120.0, gt=0)
@@ -103,6 +107,12 @@ class Config(BaseModel):
     ultra_settings: UltraSettings = Field(default_factory=UltraSettings, alias="ultra-settings")
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     tools: ToolSettings = Field(default_factory=ToolSettings)
+    # what an untrusted project config asked for and did not get ("workers", "permission_mode=full-auto")
+    _ignored: tuple[str, ...] = PrivateAttr(default=())
+
+    @property
+    def ignored(self) -> tuple[str, ...]:
+        return self._ignored
 
 
 ENV_KEYS: dict[str, str] = {
@@ -146,8 +156,89 @@ def read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path} is not valid TOML: {e}. Fix the file or move it away.") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {e.start}): save it as UTF-8.") from e
     except OSError as e:
         raise ConfigError(f"cannot read {path}: {e.strerror}") from e
+
+
+# What a repository's own config may set before its folder is trusted: limits, timeouts and choices among
+# the user's own workers. Everything else (workers, endpoints, keys, routers, permissions) is the user's.
+_SAFE_PROJECT_KEYS = frozenset(
+    {
+        "max_turns",
+        "max_budget_usd",
+        "shell_timeout_s",
+        "worker",
+        "ultra",
+        "ultra-settings",
+        "llm",
+        "cost_weight",
+    }
+)
+
+
+def trust_path() -> Path:
+    """The user's list of trusted folders (beside the user config)."""
+    return user_config_path().parent / "trusted.toml"
+
+
+def trusted_folders() -> list[str]:
+    path = trust_path()
+    if not path.is_file():
+        return []
+    folders = read_toml(path).get("folders", [])
+    return [str(f) for f in folders] if isinstance(folders, list) else []
+
+
+def is_trusted(root: Path) -> bool:
+    here = root.resolve()
+    return any(here == Path(f) or here.is_relative_to(Path(f)) for f in trusted_folders())
+
+
+def trust(root: Path) -> None:
+    """Remember that the user trusts `root` (its config may then set workers, permissions and tools)."""
+    folders = trusted_folders()
+    here = str(root.resolve())
+    if here in folders:
+        return
+    path = trust_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["# folders whose .fugu/config.toml fugu obeys in full (fugu trust adds to it)", "folders = ["]
+    lines += [f"  {json.dumps(f)}," for f in [*folders, here]]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join([*lines, "]", ""]), encoding="utf-8")
+    tmp.replace(path)
+
+
+def project_config_path(cwd: Path) -> Path:
+    return (find_repo_root(cwd) or cwd) / ".fugu" / "config.toml"
+
+
+def needs_trust(cwd: Path) -> list[str]:
+    """What the project config here would be refused while its folder is untrusted ([] when nothing)."""
+    project = project_config_path(cwd)
+    if not project.is_file() or is_trusted(project.parent.parent):
+        return []
+    return untrusted_settings(_normalise(read_toml(project)))[1]
+
+
+def untrusted_settings(layer: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Split a project layer into what an untrusted folder may set and what is ignored (described)."""
+    kept = {k: v for k, v in layer.items() if k in _SAFE_PROJECT_KEYS}
+    special = ("permission_mode", "permissions")
+    ignored = [k for k in layer if k not in _SAFE_PROJECT_KEYS and k not in special]
+    mode = layer.get("permission_mode")
+    if mode == "read-only":  # more careful is always fine
+        kept["permission_mode"] = mode
+    elif mode is not None:
+        ignored.append(f"permission_mode={mode}")
+    rules = layer.get("permissions")
+    if isinstance(rules, dict):
+        if rules.get("deny"):
+            kept["permissions"] = {"deny": rules["deny"]}
+        ignored += [f"permissions.{k}" for k in rules if k != "deny"]
+    return kept, ignored
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -168,16 +259,20 @@ def _normalise(raw: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def load_config(cwd: Path, overrides: dict[str, Any] | None = None) -> Config:
-    """Merge every layer. `overrides` are the flags the user gave (None values are ignored)."""
+def load_config(cwd: Path, overrides: dict[str, Any] | None = None, *, trust_project: bool = False) -> Config:
+    """Merge every layer. `overrides` are the flags the user gave (None values are ignored). The project's
+    own config counts in full only when its folder is trusted (or `trust_project`); else see `ignored`."""
     layers: list[tuple[str, dict[str, Any]]] = []
     user = user_config_path()
     if user.is_file():
         layers.append((str(user), _normalise(read_toml(user))))
-    root = find_repo_root(cwd) or cwd
-    project = root / ".fugu" / "config.toml"
+    project = project_config_path(cwd)
+    ignored: list[str] = []
     if project.is_file():
-        layers.append((str(project), _normalise(read_toml(project))))
+        layer = _normalise(read_toml(project))
+        if not (trust_project or is_trusted(project.parent.parent)):
+            layer, ignored = untrusted_settings(layer)
+        layers.append((str(project), layer))
     env = {key: os.environ[var] for var, key in ENV_KEYS.items() if os.environ.get(var)}
     if env:
         layers.append(("FUGU_* environment", env))
@@ -189,13 +284,38 @@ def load_config(cwd: Path, overrides: dict[str, Any] | None = None) -> Config:
         try:
             Config.model_validate(merged)
         except ValidationError as e:
-            raise ConfigError(f"invalid setting in {source}: {_first_error(e)}") from e
-    return Config.model_validate(merged)
+            raise ConfigError(f"invalid setting in {source}: {explain(e)}") from e
+    config = Config.model_validate(merged)
+    config._ignored = tuple(ignored)
+    return config
 
 
-def _first_error(e: ValidationError) -> str:
-    err = e.errors()[0]
-    where = ".".join(str(p) for p in err["loc"])
+def explain(e: ValidationError, root: type[BaseModel] | None = None) -> str:
+    """The first problem of a validation error in the user's terms (with a did-you-mean for a typo)."""
+    errors = e.errors()
+    # a misspelt key also shows up as a missing one: the misspelling is what the user should read
+    err = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
+    where = ".".join(str(p) for p in err["loc"]).replace("ultra-settings", "ultra", 1)
     if err["type"] == "extra_forbidden":
-        return f"unknown setting {where!r} (see README.md, Configuration)"
+        known = _known_keys(err["loc"][:-1], root or Config)
+        guess = difflib.get_close_matches(str(err["loc"][-1]), known, n=1, cutoff=0.6)
+        hint = f"; did you mean {guess[0]!r}?" if guess else ""
+        return f"unknown setting {where!r}{hint} (see README.md, Configuration)"
     return f"{where}: {err['msg']}"
+
+
+def _known_keys(path: Sequence[int | str], model: type[BaseModel]) -> list[str]:
+    """The keys a config table accepts at `path` (("llm",) → timeout_s, max_retries, ...)."""
+    for part in path:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part) or next(
+            (f for f in model.model_fields.values() if f.alias == part), None
+        )
+        inner = field.annotation if field else None
+        inner = next(iter(getattr(inner, "__args__", ())), inner)  # list[WorkerConfig] -> WorkerConfig
+        if not (isinstance(inner, type) and issubclass(inner, BaseModel)):
+            return []
+        model = inner
+    names = [f.alias or name for name, f in model.model_fields.items()]
+    return ["ultra" if n == "ultra-settings" else n for n in names]

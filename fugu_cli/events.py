@@ -12,7 +12,7 @@ from typing import Any
 from fugu_cli.types import Message, RouteDecision, ToolCall, ToolResult, TurnResult, Usage
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Event:
     session_id: str
 
@@ -20,13 +20,13 @@ class Event:
         return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SessionStarted(Event):
-    cwd: str = ""
-    workers: tuple[str, ...] = ()
-    tools: tuple[str, ...] = ()
-    permission_mode: str = ""
-    router: str = ""
+    cwd: str
+    workers: tuple[str, ...]
+    tools: tuple[str, ...]
+    permission_mode: str
+    router: str
 
     def to_stream_json(self) -> dict[str, Any]:
         return {
@@ -41,14 +41,13 @@ class SessionStarted(Event):
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RouteChosen(Event):
-    step: int = 0
-    decision: RouteDecision | None = None
+    step: int
+    decision: RouteDecision
 
     def to_stream_json(self) -> dict[str, Any]:
         d = self.decision
-        assert d is not None
         return {
             "type": "system",
             "subtype": "route",
@@ -63,29 +62,28 @@ class RouteChosen(Event):
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepStarted(Event):
-    step: int = 0
-    worker: str = ""
+    step: int
+    worker: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TextDelta(Event):
     """A streamed piece of the worker's reply (only when the client streams)."""
 
-    worker: str = ""
-    text: str = ""
+    worker: str
+    text: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AssistantMessage(Event):
-    step: int = 0
-    message: Message | None = None
+    step: int
+    message: Message
     usage: Usage = field(default_factory=Usage)
 
     def to_stream_json(self) -> dict[str, Any]:
         m = self.message
-        assert m is not None
         content: list[dict[str, Any]] = []
         if m.content:
             content.append({"type": "text", "text": m.content})
@@ -100,23 +98,22 @@ class AssistantMessage(Event):
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ToolStarted(Event):
-    step: int = 0
-    worker: str = ""
-    call: ToolCall | None = None
+    step: int
+    worker: str
+    call: ToolCall
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ToolFinished(Event):
-    step: int = 0
-    worker: str = ""
-    call: ToolCall | None = None
-    result: ToolResult | None = None
+    step: int
+    worker: str
+    call: ToolCall
+    result: ToolResult
 
     def to_stream_json(self) -> dict[str, Any]:
         r = self.result
-        assert r is not None
         return {
             "type": "user",
             "session_id": self.session_id,
@@ -136,13 +133,13 @@ class ToolFinished(Event):
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProviderFailed(Event):
     """A worker failed after its retries; the session fails over."""
 
-    step: int = 0
-    worker: str = ""
-    error: str = ""
+    step: int
+    worker: str
+    error: str
 
     def to_stream_json(self) -> dict[str, Any]:
         return {
@@ -155,12 +152,12 @@ class ProviderFailed(Event):
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Notice(Event):
     """Something the user should know (a warning, a fallback), not part of the transcript."""
 
     level: str = "info"
-    text: str = ""
+    text: str
 
     def to_stream_json(self) -> dict[str, Any]:
         return {
@@ -172,29 +169,27 @@ class Notice(Event):
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepFinished(Event):
-    step: int = 0
-    worker: str = ""
+    step: int
+    worker: str
     usage: Usage = field(default_factory=Usage)
     tools: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TurnFinished(Event):
-    result: TurnResult | None = None
+    result: TurnResult
 
     def to_stream_json(self) -> dict[str, Any]:
-        r = self.result
-        assert r is not None
-        return result_json(r)
+        return result_json(self.result)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WorkflowPlanned(Event):
     """Ultra mode: the workflow about to run. `steps` rows: {"step", "worker", "subtask", "access"}."""
 
-    workflow: int = 0
+    workflow: int
     steps: tuple[dict[str, Any], ...] = ()
     source: str = "conductor"  # conductor | plan-file | recursion
     parent_step: int | None = None
@@ -211,25 +206,25 @@ class WorkflowPlanned(Event):
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WorkflowStepStarted(Event):
-    workflow: int = 0
-    step: int = 0
-    worker: str = ""
+    workflow: int
+    step: int
+    worker: str
     parent_step: int | None = None
 
     def to_stream_json(self) -> dict[str, Any]:
         return _workflow_step(self, "start", {})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WorkflowStepFinished(Event):
-    workflow: int = 0
-    step: int = 0
-    worker: str = ""
-    status: str = ""
-    cost_usd: float = 0.0
-    elapsed_s: float = 0.0
+    workflow: int
+    step: int
+    worker: str
+    status: str
+    cost_usd: float
+    elapsed_s: float
     parent_step: int | None = None
 
     def to_stream_json(self) -> dict[str, Any]:
@@ -253,18 +248,18 @@ def _workflow_step(
     }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WorkflowAgentEvent(Event):
     """An event of one workflow step's agent, tagged with the step (steps run concurrently).
 
     Its stream-json is the inner event's with `"workflow_step": step` added.
     """
 
-    step: int = 0
-    inner: Event | None = None
+    step: int
+    inner: Event
 
     def to_stream_json(self) -> dict[str, Any] | None:
-        data = self.inner.to_stream_json() if self.inner is not None else None
+        data = self.inner.to_stream_json()
         return None if data is None else {**data, "workflow_step": self.step}
 
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from fugu_cli.ledger import Ledger, ToolCallRow
-from fugu_cli.store import Store
+from fugu_cli.store import FactRow, Store
 
 MAX_FACTS = 60
 MAX_BLOCK_CHARS = 4000
@@ -137,13 +136,7 @@ def _arguments(raw: str) -> dict[str, object]:
 
 
 def record(store: Store, session_id: str, workflow: int, facts: Sequence[Fact]) -> None:
-    now = time.time()
-    with store.transaction() as db:
-        db.executemany(
-            "INSERT INTO memory_facts (session_id, workflow, kind, key, value, agent, created_at)"
-            " VALUES (?,?,?,?,?,?,?)",
-            [(session_id, workflow, f.kind, f.key, f.value, f.agent, now) for f in facts],
-        )
+    store.add_facts(session_id, workflow, [FactRow(workflow, f.kind, f.key, f.value, f.agent) for f in facts])
 
 
 def distil(
@@ -162,11 +155,8 @@ def distil(
 
 def facts(store: Store, session_id: str, limit: int = MAX_FACTS) -> list[Fact]:
     """The session's memory: the latest fact per (kind, key), newest first, at most `limit`."""
-    rows = store.query(
-        "SELECT kind, key, value, agent, workflow FROM memory_facts WHERE session_id=? ORDER BY rowid",
-        (session_id,),
-    )
-    latest = _dedupe(Fact(r["kind"], r["key"], r["value"], r["agent"], r["workflow"]) for r in rows)
+    rows = store.facts(session_id)
+    latest = _dedupe(Fact(r.kind, r.key, r.value, r.agent, r.workflow) for r in rows)
     return list(reversed(latest))[:limit]
 
 
@@ -179,8 +169,7 @@ def _dedupe(items: Iterable[Fact]) -> list[Fact]:
 
 
 def last_workflow(store: Store, session_id: str) -> int:
-    rows = store.query("SELECT MAX(workflow) AS n FROM memory_facts WHERE session_id=?", (session_id,))
-    return int(rows[0]["n"] or 0)
+    return store.last_workflow(session_id)
 
 
 # rendering

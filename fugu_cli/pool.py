@@ -1,10 +1,12 @@
-"""The pool: workers from a pool file, from config, or built from the provider keys present.
+"""The pool: workers from a pool file, from config, from the provider keys present, or a local Ollama, and
+which of them can be used now (key set, server answering).
 
-Never touches the network; whether a worker's server answers is asked by `llm.probe`.
+Never talks to a provider itself: whether a server answers, and litellm's prices, are asked of `fugu_cli.llm`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -12,8 +14,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from fugu_cli.config import Config, WorkerConfig, read_toml
-from fugu_cli.errors import ConfigError
+from fugu_cli.config import Config, WorkerConfig, explain, read_toml
+from fugu_cli.errors import ConfigError, NoWorkerError
 from fugu_cli.types import Worker
 
 
@@ -86,6 +88,7 @@ KNOWN_PROVIDERS: tuple[KnownProvider, ...] = (
 
 POOL_HINT = (
     "set ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY or DEEPSEEK_API_KEY, "
+    "or start a local Ollama server (found at OLLAMA_HOST, default http://127.0.0.1:11434), "
     "or describe your workers in a pool file (--pool FILE, or [[workers]] in .fugu/config.toml; "
     "see README.md)"
 )
@@ -96,6 +99,10 @@ def worker_from_config(w: WorkerConfig) -> Worker:
 
 
 def load_pool_file(path: Path) -> list[Worker]:
+    if path.is_dir():
+        raise ConfigError(
+            f"--pool {path} is a folder: give the pool's TOML file (holding [[workers]] tables)"
+        )
     if not path.is_file():
         raise ConfigError(f"pool file {path} does not exist")
     raw = read_toml(path)
@@ -105,9 +112,7 @@ def load_pool_file(path: Path) -> list[Worker]:
     try:
         workers = [worker_from_config(WorkerConfig.model_validate(item)) for item in items]
     except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(f"{path}: worker {where}: {err['msg']}") from e
+        raise ConfigError(f"{path}: a worker: {explain(e, WorkerConfig)}") from e
     return check_unique(workers, str(path))
 
 
@@ -143,3 +148,64 @@ def key_missing(worker: Worker, env: Mapping[str, str] | None = None) -> str | N
     if worker.api_key_env and not env.get(worker.api_key_env):
         return worker.api_key_env
     return None
+
+
+@dataclass(frozen=True)
+class Availability:
+    worker: Worker
+    ok: bool
+    reason: str
+
+
+def check_pool(workers: Sequence[Worker], *, probe_servers: bool = True) -> list[Availability]:
+    """Whether each worker can be used now: its key is set and, for a local server, the server answers."""
+    from fugu_cli.llm.probe import check_available
+
+    out: list[Availability] = []
+    for w in workers:
+        missing = key_missing(w)
+        if missing:
+            out.append(Availability(w, False, f"{missing} is not set"))
+        elif w.api_base and probe_servers:
+            ok, reason = check_available(w, timeout_s=2.0)
+            out.append(Availability(w, ok, reason))
+        else:
+            out.append(Availability(w, True, "key set" if w.api_key_env else "no key needed"))
+    return out
+
+
+def discover_pool(config: Config, cwd: Path, saved: Sequence[Worker] = ()) -> tuple[list[Worker], str]:
+    """The configured pool; else a resumed session's; else one from the keys present or a local Ollama."""
+    workers, source = configured_pool(config, cwd)
+    if not workers and saved:
+        workers, source = list(saved), "the resumed session"
+    if not workers:
+        from fugu_cli.llm.probe import ollama_workers
+
+        workers, source = ollama_workers(), "a local Ollama server"
+    return workers, source
+
+
+def usable_pool(config: Config, cwd: Path, saved: Sequence[Worker] = ()) -> list[Worker]:
+    """The workers that can be used now; `NoWorkerError` (exit 2, saying what to set) when none can."""
+    workers, source = discover_pool(config, cwd, saved)
+    if not workers:
+        raise NoWorkerError(f"no worker is configured: {POOL_HINT}")
+    checked = check_pool(workers)
+    usable = [a.worker for a in checked if a.ok]
+    if not usable:
+        why = "; ".join(f"{a.worker.name}: {a.reason}" for a in checked)
+        raise NoWorkerError(f"no usable worker in {source} ({why}): {POOL_HINT}")
+    return usable
+
+
+def with_table_prices(pool: Sequence[Worker]) -> list[Worker]:
+    """Workers without their own prices get litellm's, so the router's cost term (λ) sees every price.
+    Only asked for when λ > 0: it imports litellm."""
+    from fugu_cli.llm.client import table_price
+
+    out: list[Worker] = []
+    for w in pool:
+        found = table_price(w.model) if w.price_in is None and w.price_out is None else None
+        out.append(dataclasses.replace(w, price_in=found[0], price_out=found[1]) if found else w)
+    return out

@@ -7,56 +7,59 @@ Never prints: it emits Events.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from fugu_cli.agent import Agent, AgentDeps, Limits
+from fugu_cli.agent import Agent, AgentDeps, Limits, TurnIO
 from fugu_cli.errors import UsageError
 from fugu_cli.events import Emit, Notice, SessionStarted, TurnFinished, ignore
 from fugu_cli.ledger import Ledger
 from fugu_cli.router import Router
-from fugu_cli.store import Store, redact
-from fugu_cli.types import Message, RouteDecision, RouteState, TurnResult, Worker
+from fugu_cli.store import Store
+from fugu_cli.types import FallBack, Message, RouteDecision, RouteState, TurnResult, Worker
+
+log = logging.getLogger("fugu")
 
 
 @dataclass
 class SessionConfig:
     root: Path
     limits: Limits = field(default_factory=Limits)
-    forced_worker: str | None = None
+    forced_worker: str | None = None  # `/worker NAME` (sticky) or --worker
     system_prompt: str = ""
     permission_mode: str = "ask"
     router_name: str = "prior"
     ultra: bool = False  # turns go to `SessionDeps.ultra` (the conductor); `/ultra on|off` flips it
+    stream: bool = False  # stream the workers' text (a terminal); a turn may say otherwise
+    notices: tuple[str, ...] = ()  # said once, at the first turn (e.g. what an untrusted config could not do)
 
 
 class UltraMode(Protocol):
-    """Ultra mode as the session sees it (fugu_cli.conductor.Conductor); `fugu` runs the turn in fugu mode."""
+    """Ultra mode as the session sees it (fugu_cli.conductor.Conductor). It either runs the turn as a workflow
+    or says it could not plan one (`FallBack`), and the session runs the turn in fugu mode."""
 
     def run_turn(
         self,
         text: str,
         turn: int,
-        emit: Emit,
-        cancel: threading.Event | None,
+        io: TurnIO,
         *,
-        fugu: Callable[[], TurnResult],
         before_apply: Callable[[], None] | None = None,
         record: Callable[[Message], None] = ...,
-    ) -> TurnResult: ...
+    ) -> TurnResult | FallBack: ...
 
 
-@dataclass
+@dataclass(frozen=True)
 class SessionDeps:
     """The agent's parts plus the store, the pool and the routers."""
 
     agent: AgentDeps
     store: Store
-    pool: list[Worker]
+    pool: tuple[Worker, ...]
     router: Router
     fallback: Router
     ultra: UltraMode | None = None
@@ -69,8 +72,7 @@ class Session:
         self.id = deps.agent.session_id
         self.messages: list[Message] = list(messages)
         self.turn = self._last_turn()
-        self.checkpoints: dict[int, str] = self._saved_checkpoints()
-        self._seq = len(self.messages)
+        self.checkpoints: dict[int, str] = deps.store.checkpoints(self.id)
         self._lock = threading.Lock()
         if not self.messages and config.system_prompt:
             self._append(Message(role="system", content=config.system_prompt))
@@ -102,15 +104,23 @@ class Session:
             )
         self.config.forced_worker = name
 
-    def run_turn(self, text: str, emit: Emit = ignore, cancel: threading.Event | None = None) -> TurnResult:
+    def run_turn(
+        self,
+        text: str,
+        emit: Emit = ignore,
+        cancel: threading.Event | None = None,
+        *,
+        stream: bool | None = None,
+    ) -> TurnResult:
         """Handle one user message to a final answer (or a limit, a failure, an interrupt)."""
-        with self._lock:
+        with self._lock, self.deps.store.session_lock(self.id):
+            self._catch_up()
             self.turn += 1
             turn = self.turn
-            self.deps.agent.emit = emit
+            io = TurnIO(emit=emit, cancel=cancel, stream=self.config.stream if stream is None else stream)
             emit(
                 SessionStarted(
-                    self.id,
+                    session_id=self.id,
                     cwd=str(self.config.root),
                     workers=tuple(self.workers),
                     tools=tuple(self.deps.agent.tools.names()),
@@ -118,67 +128,67 @@ class Session:
                     router=self.config.router_name,
                 )
             )
-            self.deps.store.touch_session(self.id, title=text.strip().splitlines()[0][:80] if text else None)
+            for notice in self.config.notices:
+                emit(Notice(session_id=self.id, level="warning", text=notice))
+            self.config.notices = ()
+            store = self.deps.store
+            store.begin_turn(self.id, turn, text)
+            store.touch_session(self.id, title=text.strip().splitlines()[0][:80] if text else None)
             self._append(Message(role="user", content=text))
+            checkpoint = self._checkpointer(turn, emit)
             deps = dataclasses.replace(
                 self.deps.agent,
-                tool_ctx=dataclasses.replace(self.deps.agent.tool_ctx, before_edit=self._checkpointer(turn)),
+                tool_ctx=dataclasses.replace(self.deps.agent.tool_ctx, before_edit=checkpoint),
             )
 
             def fugu_turn() -> TurnResult:
-                return Agent(deps).run(
-                    self.messages,
-                    turn,
-                    self._pick,
-                    self.config.limits,
-                    cancel=cancel,
-                    on_message=self._persist,
-                )
+                return Agent(deps).run(self.messages, turn, self._picker(emit), self.config.limits, io)
 
             if self.ultra and self.deps.ultra is not None:
-                checkpoint = self._checkpointer(turn)
-                result = self.deps.ultra.run_turn(
-                    text, turn, emit, cancel, fugu=fugu_turn, before_apply=checkpoint, record=self._append
+                outcome = self.deps.ultra.run_turn(
+                    text, turn, io, before_apply=checkpoint, record=self._append
                 )
+                if isinstance(outcome, FallBack):
+                    emit(Notice(session_id=self.id, level="warning", text=outcome.reason))
+                    outcome = outcome.merged(fugu_turn())
+                result = outcome
             else:
                 result = fugu_turn()
-            self.deps.store.execute(
-                "INSERT OR REPLACE INTO turns (session_id, turn, task, status, result, cost_usd, checkpoint,"
-                " created_at) VALUES (?,?,?,?,?,?,?,?)",
-                (
-                    self.id,
-                    turn,
-                    redact(text),
-                    result.status,
-                    redact(result.result),
-                    result.usage.cost_usd,
-                    self.checkpoints.get(turn),
-                    time.time(),
-                ),
-            )
-            emit(TurnFinished(self.id, result=result))
+            store.finish_turn(self.id, turn, result.status, result.result, result.usage.cost_usd)
+            emit(TurnFinished(session_id=self.id, result=result))
             return result
 
-    def _pick(self, state: RouteState) -> RouteDecision:
-        pool = self.deps.pool
-        try:
-            decision = self.deps.router.pick(state, pool)
-        except LookupError:
-            raise
-        except Exception as e:  # a broken router must not end the session: the prior takes over
-            self.deps.agent.emit(
-                Notice(self.id, level="warning", text=f"router failed ({e}); using the prior")
-            )
-            decision = self.deps.fallback.pick(state, pool)
-        forced = self.config.forced_worker
-        if forced and forced not in state.excluded:
-            return dataclasses.replace(
-                decision, worker=forced, source="override", reason="forced by the user"
-            )
-        if state.failover:
-            failed = ", ".join(sorted(state.excluded))
-            return dataclasses.replace(decision, source="fallback", reason=f"{failed} failed")
-        return decision
+    def _picker(self, emit: Emit) -> Callable[[RouteState], RouteDecision]:
+        def pick(state: RouteState) -> RouteDecision:
+            pool = self.deps.pool
+            try:
+                decision = self.deps.router.pick(state, pool)
+            except LookupError:
+                raise
+            except Exception as e:  # a broken router must not end the session: the prior takes over
+                log.warning("router failed", exc_info=e)
+                emit(
+                    Notice(session_id=self.id, level="warning", text=f"router failed ({e}); using the prior")
+                )
+                decision = self.deps.fallback.pick(state, pool)
+            forced = self.config.forced_worker
+            if forced and forced not in state.excluded:
+                return dataclasses.replace(
+                    decision, worker=forced, source="override", reason="forced by the user"
+                )
+            if state.failover:
+                failed = ", ".join(sorted(state.excluded))
+                return dataclasses.replace(decision, source="fallback", reason=f"{failed} failed")
+            return decision
+
+        return pick
+
+    def _catch_up(self) -> None:
+        """Another process may have run turns of this session since we loaded it: continue from there."""
+        stored = [m for _, m in self.deps.store.load_messages(self.id)]
+        if len(stored) > len(self.messages):
+            self.messages = stored
+            self.turn = max(self.turn, self._last_turn())
 
     def add_context(self, messages: Sequence[Message]) -> None:
         """Add earlier conversation (an API client's history) to the transcript, persisted like a turn."""
@@ -187,16 +197,12 @@ class Session:
 
     def _append(self, message: Message) -> None:
         self.messages.append(message)
-        self._persist(message)
-
-    def _persist(self, message: Message) -> None:
-        self.ledger.message(self.turn, self._seq, message)
-        self._seq += 1
+        self.ledger.turn(self.turn).message(message)
 
     def _last_turn(self) -> int:
         return sum(1 for m in self.messages if m.role == "user")
 
-    def _checkpointer(self, turn: int) -> Callable[[], None]:
+    def _checkpointer(self, turn: int, emit: Emit) -> Callable[[], None]:
         def checkpoint() -> None:
             if turn in self.checkpoints:
                 return
@@ -205,18 +211,11 @@ class Session:
             try:
                 self.checkpoints[turn] = git.checkpoint(self.config.root, f"{self.id}-t{turn}")
             except Exception as e:  # not a git repo, or git missing: edits go on, /undo can't help
-                self.deps.agent.emit(Notice(self.id, level="warning", text=f"no checkpoint for /undo: {e}"))
+                emit(Notice(session_id=self.id, level="warning", text=f"no checkpoint for /undo: {e}"))
                 self.checkpoints[turn] = ""
+            self.deps.store.set_checkpoint(self.id, turn, self.checkpoints[turn])
 
         return checkpoint
-
-    def _saved_checkpoints(self) -> dict[int, str]:
-        """A resumed session's unused /undo checkpoints (the turns table keeps one per turn that edited)."""
-        rows = self.deps.store.query(
-            "SELECT turn, checkpoint FROM turns WHERE session_id=? AND checkpoint != ''",
-            (self.id,),
-        )
-        return {int(r["turn"]): str(r["checkpoint"]) for r in rows}
 
     def undo(self) -> list[str]:
         """Restore the tree to its state before the last turn that changed it. Returns the restored paths.
@@ -225,9 +224,7 @@ class Session:
         """
         for turn in sorted(self.checkpoints, reverse=True):
             sha = self.checkpoints.pop(turn)
-            self.deps.store.execute(
-                "UPDATE turns SET checkpoint=NULL WHERE session_id=? AND turn=?", (self.id, turn)
-            )
+            self.deps.store.set_checkpoint(self.id, turn, None)
             if sha:
                 from fugu_cli.tools import git
 

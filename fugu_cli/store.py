@@ -1,11 +1,13 @@
 """SQLite store under FUGU_HOME: sessions, transcripts, steps, route decisions, tool calls, memory, outcomes.
 
 Append-only tables with short numbered migrations; WAL so readers never block the session that writes.
-Keys never reach it: callers pass redacted text. Never prints.
+The only module that speaks SQL: everyone else calls its typed methods, which redact every text they store,
+so no writer can forget. Never prints.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
@@ -16,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fugu_cli.redact import redact as redact  # the one redactor; ledger and session import it from here
-from fugu_cli.types import Message, dumps
+from fugu_cli.errors import ConfigError
+from fugu_cli.redact import redact as redact  # the one redactor (fugu_cli/redact.py)
+from fugu_cli.types import Message, RouteDecision, ToolCall, ToolResult, Usage, dumps
 
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -82,6 +85,76 @@ class SessionRow:
     cost_usd: float
 
 
+@dataclass(frozen=True)
+class ToolCallRow:
+    turn: int
+    step: int
+    agent: str
+    call_id: str
+    tool: str
+    arguments: str
+    result: str
+    is_error: bool
+    denied: bool
+    exit_code: int | None
+    duration_ms: float
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """A step with the route decision that chose its worker (the last one made for that step)."""
+
+    turn: int
+    step: int
+    worker: str
+    source: str
+    role: str | None
+    status: str
+    usage: Usage
+    text: str
+    scores: dict[str, float]
+    reason: str
+    latency_ms: float
+    started_at: float = 0.0
+    finished_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What the ledger writes for one step (one LLM call and its tool calls)."""
+
+    step: int
+    decision: RouteDecision
+    status: str  # ok | interrupted | provider_error
+    usage: Usage
+    text: str
+    started_at: float
+
+
+@dataclass(frozen=True)
+class FactRow:
+    workflow: int
+    kind: str
+    key: str
+    value: str
+    agent: str
+
+
+@dataclass(frozen=True)
+class OutcomeRow:
+    task: str
+    worker: str
+    reward: float
+    cost_usd: float
+    source: str
+    session_id: str | None
+
+
+def _redact_opt(text: str | None) -> str | None:
+    return None if text is None else redact(text)
+
+
 def new_session_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
@@ -89,30 +162,64 @@ def new_session_id() -> str:
 class Store:
     """One SQLite file. Thread-safe: one connection, one lock (the session writes from worker threads)."""
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+        """`readonly`: read another fugu's store (e.g. to train on its outcomes); never migrates or writes."""
         self.path = path
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._migrate()
+        try:
+            if readonly:
+                uri = f"file:{path}?mode=ro"
+                self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+                self._db.row_factory = sqlite3.Row
+                version = self._db.execute("PRAGMA user_version").fetchone()[0]
+                if version != len(MIGRATIONS):
+                    raise sqlite3.DatabaseError(f"it is not a fugu store of this version (schema {version})")
+                return
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._migrate()
+        except (OSError, sqlite3.Error) as e:
+            if readonly:
+                raise ConfigError(f"cannot read {path} as a fugu store ({_why(e)})") from None
+            raise ConfigError(
+                f"the fugu store {path} cannot be used ({_why(e)}). Set FUGU_HOME to a writable folder, "
+                "or move the file away."
+            ) from None
 
     def _migrate(self) -> None:
         with self._lock:
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            for i, script in enumerate(MIGRATIONS[version:], start=version + 1):
-                self._db.executescript(f"BEGIN; {script}; PRAGMA user_version = {i}; COMMIT;")
+            if self._db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS):
+                return
+            # EXCLUSIVE: of many first runs at once, one migrates and the others wait, then find it done
+            self._db.execute("BEGIN EXCLUSIVE")
+            try:
+                version = self._db.execute("PRAGMA user_version").fetchone()[0]
+                if version > len(MIGRATIONS):
+                    raise sqlite3.DatabaseError(
+                        f"its schema version {version} is newer than this fugu knows ({len(MIGRATIONS)}); "
+                        "upgrade fugu"
+                    )
+                for i, script in enumerate(MIGRATIONS[version:], start=version + 1):
+                    for statement in script.split(";"):
+                        if statement.strip():
+                            self._db.execute(statement)
+                    self._db.execute(f"PRAGMA user_version = {i}")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            self._db.execute("BEGIN")
+            self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
             except BaseException:
@@ -120,32 +227,35 @@ class Store:
                 raise
             self._db.execute("COMMIT")
 
-    def query(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        with self._lock:
-            return list(self._db.execute(sql, args).fetchall())
-
-    def execute(self, sql: str, args: Sequence[Any] = ()) -> None:
+    def _execute(self, sql: str, args: Sequence[Any] = ()) -> None:
         with self._lock:
             self._db.execute(sql, args)
+
+    def query(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """Read-only inspection (tests, diagnostics); fugu's own reads go through the typed methods."""
+        with self._lock:
+            return list(self._db.execute(sql, args).fetchall())
 
     # sessions
 
     def create_session(self, sid: str, cwd: str, mode: str, pool_json: str, router: str) -> None:
         now = time.time()
-        self.execute(
+        self._execute(
             "INSERT INTO sessions (id, created_at, updated_at, cwd, mode, pool_json, router) "
             "VALUES (?,?,?,?,?,?,?)",
-            (sid, now, now, cwd, mode, pool_json, router),
+            (sid, now, now, cwd, mode, redact(pool_json), router),
         )
 
     def touch_session(self, sid: str, *, title: str | None = None, cost_delta: float = 0.0) -> None:
-        self.execute(
+        title = _redact_opt(title)
+        self._execute(
             "UPDATE sessions SET updated_at=?, cost_usd=cost_usd+?, "
             "title=CASE WHEN title='' AND ? IS NOT NULL THEN ? ELSE title END WHERE id=?",
-            (time.time(), cost_delta, title and redact(title), title and redact(title), sid),
+            (time.time(), cost_delta, title, title, sid),
         )
 
     def get_session(self, sid: str) -> SessionRow | None:
+        """The session with this id, or the only one whose id starts with it."""
         rows = self.query("SELECT * FROM sessions WHERE id=?", (sid,))
         if not rows:
             rows = self.query("SELECT * FROM sessions WHERE id LIKE ? ORDER BY created_at DESC", (sid + "%",))
@@ -162,20 +272,256 @@ class Store:
         rows = self.query("SELECT * FROM sessions ORDER BY updated_at DESC LIMIT ?", (limit,))
         return [SessionRow(**dict(r)) for r in rows]
 
-    # transcript
+    @contextmanager
+    def session_lock(self, sid: str) -> Iterator[None]:
+        """Hold the session for one turn across processes: two `fugu --continue` on one session take turns
+        instead of interleaving their transcripts (a file lock beside the database)."""
+        try:
+            import fcntl
+        except ImportError:  # no flock on this platform: turns are serialised within one process only
+            yield
+            return
+        path = self.path.parent / "locks" / f"{sid}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
-    def append_message(self, sid: str, scope: str, turn: int, seq: int, message: Message) -> None:
-        self.execute(
-            "INSERT OR REPLACE INTO messages (session_id, seq, turn, scope, data_json, created_at) "
-            "VALUES (?,?,?,?,?,?)",
-            (sid, seq, turn, scope, dumps(message.to_json()), time.time()),
-        )
+    # transcripts
+
+    def append_message(self, sid: str, scope: str, turn: int, message: Message) -> int:
+        """Append `message` to a transcript; returns its sequence number (the store assigns it, so writers
+        that share a session never overwrite each other)."""
+        data = redact(dumps(message.to_json()))
+        with self._transaction() as db:
+            row = db.execute(
+                "SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE session_id=? AND scope=?", (sid, scope)
+            ).fetchone()
+            seq = int(row[0])
+            db.execute(
+                "INSERT INTO messages (session_id, seq, turn, scope, data_json, created_at) "
+                "VALUES (?,?,?,?,?,?)",
+                (sid, seq, turn, scope, data, time.time()),
+            )
+        return seq
 
     def load_messages(self, sid: str, scope: str = "main") -> list[tuple[int, Message]]:
-        import json
-
         rows = self.query(
             "SELECT turn, data_json FROM messages WHERE session_id=? AND scope=? ORDER BY seq",
             (sid, scope),
         )
         return [(r["turn"], Message.from_json(json.loads(r["data_json"]))) for r in rows]
+
+    # turns: the row exists from the turn's start, so /undo finds its checkpoint even after a crash
+
+    def begin_turn(self, sid: str, turn: int, task: str) -> None:
+        self._execute(
+            "INSERT OR REPLACE INTO turns (session_id, turn, task, status, result, cost_usd, checkpoint,"
+            " created_at) VALUES (?,?,?,'running','',0,NULL,?)",
+            (sid, turn, redact(task), time.time()),
+        )
+
+    def finish_turn(self, sid: str, turn: int, status: str, result: str, cost_usd: float) -> None:
+        self._execute(
+            "UPDATE turns SET status=?, result=?, cost_usd=? WHERE session_id=? AND turn=?",
+            (status, redact(result), cost_usd, sid, turn),
+        )
+
+    def set_checkpoint(self, sid: str, turn: int, checkpoint: str | None) -> None:
+        self._execute("UPDATE turns SET checkpoint=? WHERE session_id=? AND turn=?", (checkpoint, sid, turn))
+
+    def checkpoints(self, sid: str) -> dict[int, str]:
+        """The session's unused /undo checkpoints, by turn ('' where a turn had none)."""
+        rows = self.query(
+            "SELECT turn, checkpoint FROM turns WHERE session_id=? AND checkpoint != ''", (sid,)
+        )
+        return {int(r["turn"]): str(r["checkpoint"]) for r in rows}
+
+    # the ledger: route decisions, steps, tool calls (one scope per transcript)
+
+    def add_route(self, sid: str, scope: str, turn: int, step: int, d: RouteDecision) -> None:
+        self._execute(
+            "INSERT INTO route_decisions (session_id, scope, turn, step, worker, source, role, scores_json,"
+            " latency_ms, reason, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                sid,
+                scope,
+                turn,
+                step,
+                d.worker,
+                d.source,
+                d.role,
+                dumps({k: float(v) for k, v in d.scores.items()}),
+                d.latency_ms,
+                redact(d.reason),
+                time.time(),
+            ),
+        )
+
+    def add_step(self, sid: str, scope: str, turn: int, r: StepRecord) -> None:
+        u = r.usage
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO steps (session_id, scope, turn, step, worker, source, role, status,"
+                " prompt_tokens, completion_tokens, cached_tokens, cost_usd, text, started_at, finished_at)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    sid,
+                    scope,
+                    turn,
+                    r.step,
+                    r.decision.worker,
+                    r.decision.source,
+                    r.decision.role,
+                    r.status,
+                    u.prompt_tokens,
+                    u.completion_tokens,
+                    u.cached_tokens,
+                    u.cost_usd,
+                    redact(r.text),
+                    r.started_at,
+                    time.time(),
+                ),
+            )
+            db.execute(
+                "UPDATE sessions SET updated_at=?, cost_usd=cost_usd+? WHERE id=?",
+                (time.time(), u.cost_usd, sid),
+            )
+
+    def add_tool_call(
+        self, sid: str, scope: str, turn: int, step: int, agent: str, call: ToolCall, result: ToolResult
+    ) -> None:
+        self._execute(
+            "INSERT INTO tool_calls (session_id, scope, turn, step, agent, call_id, tool, arguments, result,"
+            " is_error, denied, exit_code, duration_ms, files_json, created_at)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                sid,
+                scope,
+                turn,
+                step,
+                agent,
+                call.id,
+                call.name,
+                redact(call.arguments),
+                redact(result.content),
+                int(result.is_error),
+                int(result.denied),
+                result.exit_code,
+                result.duration_ms,
+                dumps(list(result.files_touched)),
+                time.time(),
+            ),
+        )
+
+    def tool_calls(self, sid: str, scope: str, turn: int | None = None) -> list[ToolCallRow]:
+        sql = "SELECT * FROM tool_calls WHERE session_id=? AND scope=?"
+        args: list[object] = [sid, scope]
+        if turn is not None:
+            sql += " AND turn=?"
+            args.append(turn)
+        return [
+            ToolCallRow(
+                turn=r["turn"],
+                step=r["step"],
+                agent=r["agent"],
+                call_id=r["call_id"],
+                tool=r["tool"],
+                arguments=r["arguments"],
+                result=r["result"],
+                is_error=bool(r["is_error"]),
+                denied=bool(r["denied"]),
+                exit_code=r["exit_code"],
+                duration_ms=r["duration_ms"],
+                files=tuple(json.loads(r["files_json"])),
+            )
+            for r in self.query(sql + " ORDER BY rowid", args)
+        ]
+
+    def steps(self, sid: str, scope: str) -> list[StepRow]:
+        decisions: dict[tuple[int, int], tuple[dict[str, float], str, float]] = {}
+        for r in self.query(
+            "SELECT * FROM route_decisions WHERE session_id=? AND scope=? ORDER BY rowid", (sid, scope)
+        ):
+            decisions[(r["turn"], r["step"])] = (json.loads(r["scores_json"]), r["reason"], r["latency_ms"])
+        out: list[StepRow] = []
+        for r in self.query(
+            "SELECT * FROM steps WHERE session_id=? AND scope=? ORDER BY rowid", (sid, scope)
+        ):
+            scores, reason, latency = decisions.get((r["turn"], r["step"]), ({}, "", 0.0))
+            out.append(
+                StepRow(
+                    turn=r["turn"],
+                    step=r["step"],
+                    worker=r["worker"],
+                    source=r["source"],
+                    role=r["role"],
+                    status=r["status"],
+                    usage=Usage(
+                        r["prompt_tokens"], r["completion_tokens"], r["cached_tokens"], r["cost_usd"]
+                    ),
+                    text=r["text"],
+                    scores=scores,
+                    reason=reason,
+                    latency_ms=latency,
+                    started_at=r["started_at"],
+                    finished_at=r["finished_at"],
+                )
+            )
+        return out
+
+    def scopes(self, sid: str) -> list[str]:
+        """The session's ledger scopes in order of first use ("main", then ultra mode's "wf1.s0", ...)."""
+        rows = self.query(
+            "SELECT scope FROM steps WHERE session_id=? GROUP BY scope ORDER BY MIN(rowid)", (sid,)
+        )
+        return [r["scope"] for r in rows]
+
+    # memory across ultra-mode workflows
+
+    def add_facts(self, sid: str, workflow: int, facts: Sequence[FactRow]) -> None:
+        now = time.time()
+        with self._transaction() as db:
+            db.executemany(
+                "INSERT INTO memory_facts (session_id, workflow, kind, key, value, agent, created_at)"
+                " VALUES (?,?,?,?,?,?,?)",
+                [(sid, workflow, f.kind, redact(f.key), redact(f.value), f.agent, now) for f in facts],
+            )
+
+    def facts(self, sid: str) -> list[FactRow]:
+        rows = self.query(
+            "SELECT workflow, kind, key, value, agent FROM memory_facts WHERE session_id=? ORDER BY rowid",
+            (sid,),
+        )
+        return [FactRow(r["workflow"], r["kind"], r["key"], r["value"], r["agent"]) for r in rows]
+
+    def last_workflow(self, sid: str) -> int:
+        rows = self.query("SELECT MAX(workflow) AS n FROM memory_facts WHERE session_id=?", (sid,))
+        return int(rows[0]["n"] or 0)
+
+    # outcomes: what router training learns from
+
+    def add_outcome(self, row: OutcomeRow) -> None:
+        self._execute(
+            "INSERT INTO outcomes (task, worker, reward, cost_usd, source, session_id, created_at)"
+            " VALUES (?,?,?,?,?,?,?)",
+            (redact(row.task), row.worker, row.reward, row.cost_usd, row.source, row.session_id, time.time()),
+        )
+
+    def outcomes(self) -> list[OutcomeRow]:
+        rows = self.query(
+            "SELECT task, worker, reward, cost_usd, source, session_id FROM outcomes ORDER BY rowid"
+        )
+        return [
+            OutcomeRow(r["task"], r["worker"], r["reward"], r["cost_usd"], r["source"], r["session_id"])
+            for r in rows
+        ]
+
+
+def _why(e: BaseException) -> str:
+    if isinstance(e, OSError):
+        return e.strerror or str(e)
+    return str(e)

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant", "tool"]
+PermissionMode = Literal["ask", "auto-edit", "full-auto", "read-only"]
+PERMISSION_MODES: tuple[PermissionMode, ...] = ("ask", "auto-edit", "full-auto", "read-only")
 RouteSource = Literal["prior", "learned", "override", "fallback"]
 TurnStatus = Literal[
     "success", "error_max_turns", "error_max_budget", "error_during_execution", "interrupted"
@@ -190,12 +192,25 @@ class Completion:
     usage: Usage
     model: str
     finish_reason: str | None = None
+    warnings: tuple[str, ...] = ()  # things the user should hear once (e.g. no price known for the model)
 
 
 @dataclass(frozen=True)
 class WorkerUsage:
     steps: int = 0
     cost_usd: float = 0.0
+
+    def __add__(self, other: WorkerUsage) -> WorkerUsage:
+        return WorkerUsage(self.steps + other.steps, self.cost_usd + other.cost_usd)
+
+
+def add_workers(*parts: Mapping[str, WorkerUsage]) -> dict[str, WorkerUsage]:
+    """Per-worker usage summed over several agents' results, in first-seen order."""
+    out: dict[str, WorkerUsage] = {}
+    for part in parts:
+        for name, w in part.items():
+            out[name] = out.get(name, WorkerUsage()) + w
+    return out
 
 
 @dataclass(frozen=True)
@@ -212,6 +227,28 @@ class TurnResult:
     @property
     def is_error(self) -> bool:
         return self.status != "success"
+
+
+@dataclass(frozen=True)
+class FallBack:
+    """Ultra mode could not plan: the session runs the turn in fugu mode and adds what planning spent."""
+
+    reason: str
+    usage: Usage
+    workers: Mapping[str, WorkerUsage]
+    num_turns: int
+
+    def merged(self, result: TurnResult) -> TurnResult:
+        return TurnResult(
+            status=result.status,
+            result=result.result,
+            session_id=result.session_id,
+            num_turns=self.num_turns + result.num_turns,
+            usage=self.usage + result.usage,
+            workers=add_workers(self.workers, result.workers),
+            denied=result.denied,
+            error=result.error,
+        )
 
 
 def dumps(data: Any) -> str:

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fugu_cli.app import RunOptions, build_router, build_session, default_checkpoint, known_workers
+from fugu_cli.app import (
+    RunOptions,
+    assemble,
+    build_session,
+    default_checkpoint,
+    known_workers,
+    resolve,
+    router_source,
+)
 from fugu_cli.config import Config
 from fugu_cli.llm.scripted import ScriptedLLM
 from fugu_cli.pool import pool_from_keys
@@ -17,7 +25,7 @@ from tests.loopback import LoopbackServer
 def test_the_shipped_router_serves_a_pool_with_two_of_its_workers() -> None:
     pool = pool_from_keys({"OPENAI_API_KEY": "sk-test", "ANTHROPIC_API_KEY": "sk-test"})
     assert known_workers(default_checkpoint(), pool) == ["claude-sonnet", "gpt-5", "gpt-5-mini"]
-    router = build_router(Config(), pool)
+    router = router_source(Config(), pool).make()
     assert router.name == "learned:router_default"
     state = RouteState([Message("user", "Fix the failing Django migration test")], step=1)
     decision = router.pick(state, pool)
@@ -31,15 +39,15 @@ def test_a_worker_is_known_by_its_model_under_another_name() -> None:
         Worker("other", "anthropic/claude-sonnet-4-5-20250929"),
     ]
     assert known_workers(default_checkpoint(), pool) == ["mine", "other"]
-    assert build_router(Config(), pool).name == "learned:router_default"
+    assert router_source(Config(), pool).make().name == "learned:router_default"
 
 
 def test_the_prior_serves_pools_the_shipped_router_does_not_know() -> None:
-    assert isinstance(build_router(Config(), pool_from_keys({"GEMINI_API_KEY": "k"})), PriorRouter)
+    assert isinstance(router_source(Config(), pool_from_keys({"GEMINI_API_KEY": "k"})).make(), PriorRouter)
     local = [Worker("alpha", "openai/alpha"), Worker("beta", "openai/beta")]
-    assert isinstance(build_router(Config(), local), PriorRouter)
+    assert isinstance(router_source(Config(), local).make(), PriorRouter)
     assert isinstance(
-        build_router(Config(router="prior"), pool_from_keys({"OPENAI_API_KEY": "k"})), PriorRouter
+        router_source(Config(router="prior"), pool_from_keys({"OPENAI_API_KEY": "k"})).make(), PriorRouter
     )
 
 
@@ -59,3 +67,28 @@ def test_a_cost_weight_gives_every_worker_a_price(tmp_path: Path, loopback: Loop
     assert workers["unknown"].price_in is None
     plain = build_session(RunOptions(cwd=tmp_path, pool=str(pool)), llm=ScriptedLLM()).deps.pool
     assert plain[0].price_in is None  # without λ nothing is looked up
+
+
+def test_sessions_assembled_from_one_resolve_share_the_backbone_not_the_transcript(
+    tmp_path: Path, loopback: LoopbackServer
+) -> None:
+    pool = write_pool(
+        tmp_path / "pool.toml",
+        [
+            {"name": "gpt-5-mini", "model": "openai/gpt-5-mini", "api_base": loopback.base_url},
+            {
+                "name": "claude-sonnet",
+                "model": "anthropic/claude-sonnet-4-5-20250929",
+                "api_base": loopback.base_url,
+            },
+        ],
+    )
+    resolved = resolve(RunOptions(cwd=tmp_path, pool=str(pool)))
+    first = assemble(resolved, llm=ScriptedLLM())
+    second = assemble(
+        resolved, RunOptions(cwd=tmp_path, pool=str(pool), worker="claude-sonnet"), llm=ScriptedLLM()
+    )
+    assert first.id != second.id
+    assert first.deps.router is not second.deps.router
+    assert first.deps.router.backbone is second.deps.router.backbone  # type: ignore[attr-defined]
+    assert (first.config.forced_worker, second.config.forced_worker) == (None, "claude-sonnet")

@@ -24,7 +24,7 @@ def run_calls(
     ledger = Ledger(store, SID, scope)
     for n, (name, args) in enumerate(calls):
         call = ToolCall(f"c{n}", name, json.dumps(args))
-        ledger.tool_call(1, n + 1, agent, call, registry.run(call, ctx))
+        ledger.turn(1).tool_call(n + 1, agent, call, registry.run(call, ctx))
 
 
 def test_facts_from_reads_commands_tests_and_the_applied_patch(tmp_path: Path) -> None:

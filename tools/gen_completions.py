@@ -1,4 +1,5 @@
-"""Generate completions/fugu.{bash,zsh,fish} from the typer app (subcommands, options, enum choices, files).
+"""Generate fugu_cli/data/completions/fugu.{bash,zsh,fish} (package data: `fugu completion SHELL` prints them)
+from the typer app (subcommands, options, enum choices, files).
 
 Static scripts: a Tab never starts Python. Run `python tools/gen_completions.py` after changing a command or
 an option; `--check` exits 1 when the committed scripts are stale (tests/ui/test_completions.py runs it).
@@ -248,7 +249,8 @@ def scripts() -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", type=Path, default=ROOT / "completions", help="where to write the scripts")
+    default_out = ROOT / "fugu_cli" / "data" / "completions"
+    parser.add_argument("--out", type=Path, default=default_out, help="where to write the scripts")
     parser.add_argument("--check", action="store_true", help="exit 1 if the scripts in --out are stale")
     args = parser.parse_args(argv)
     stale = []

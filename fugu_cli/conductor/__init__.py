@@ -6,23 +6,21 @@ valid workflow (after one repair round) it says so and runs the session's own fu
 
 from __future__ import annotations
 
-import dataclasses
 import re
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fugu_cli import memory
-from fugu_cli.agent import AgentDeps, Limits
+from fugu_cli.agent import AgentDeps, Limits, TurnIO
 from fugu_cli.conductor.planner import Planner, PlanOutcome, PlanRequest, total_usage
 from fugu_cli.conductor.runner import Frame, Runner, RunnerConfig, RunnerDeps, StepOutcome
 from fugu_cli.conductor.workflow import Workflow
 from fugu_cli.events import Emit, Notice, WorkflowPlanned
-from fugu_cli.ledger import Ledger, scopes
+from fugu_cli.ledger import Ledger
 from fugu_cli.store import Store
 from fugu_cli.tools import ApprovalRequest
-from fugu_cli.types import Message, TurnResult, TurnStatus, Worker
+from fugu_cli.types import FallBack, Message, TurnResult, TurnStatus, Worker
 
 __all__ = ["Conductor", "ConductorConfig", "ConductorDeps", "Workflow"]
 
@@ -38,9 +36,9 @@ class ConductorConfig:
     plan: Workflow | None = None  # --plan: run this instead of asking the conductor
 
 
-@dataclass
+@dataclass(frozen=True)
 class ConductorDeps:
-    agent: AgentDeps
+    agent: AgentDeps  # the template every agent of a workflow starts from
     store: Store
     pool: Sequence[Worker]
 
@@ -65,42 +63,43 @@ class Conductor:
         self,
         text: str,
         turn: int,
-        emit: Emit,
-        cancel: threading.Event | None,
+        io: TurnIO,
         *,
-        fugu: Callable[[], TurnResult],
         before_apply: Callable[[], None] | None = None,
         record: Callable[[Message], None] = lambda m: None,
-    ) -> TurnResult:
-        """Plan (or take the --plan workflow), run it, apply the final step's changes, update memory."""
-        agent = dataclasses.replace(self.deps.agent, emit=emit)
+    ) -> TurnResult | FallBack:
+        """Plan (or take the --plan workflow), run it, apply the final step's changes, update memory.
+        Without a usable plan: a `FallBack`, and the session runs the turn in fugu mode."""
         store = self.deps.store
         wf = self.next_workflow()
         notes = memory.context_block(store, self.sid, self.config.root)
-        planner = Planner(agent, self.config.conductor, self.deps.pool, self.config.max_depth)
+        planner = Planner(self.deps.agent, self.config.conductor, self.deps.pool, self.config.max_depth)
         plan: PlanOutcome | None = None
         workflow = self.config.plan
         if workflow is None:
             ledger = Ledger(store, self.sid, f"wf{wf}.plan")
-            plan = planner.plan(PlanRequest(text, notes), ledger, turn, cancel)
+            plan = planner.plan(PlanRequest(text, notes), ledger, turn, io)
             if plan.workflow is None:
-                return self._fall_back(plan, emit, fugu, cancel)
+                return self._fall_back(plan, io)
             workflow = plan.workflow
         source = "conductor" if plan is not None else "plan-file"
-        emit(WorkflowPlanned(self.sid, workflow=wf, steps=tuple(workflow.to_json()), source=source))
-        base = self._base(wf, emit)
+        io.emit(
+            WorkflowPlanned(session_id=self.sid, workflow=wf, steps=tuple(workflow.to_json()), source=source)
+        )
+        base = self._base(wf, io.emit)
         runner = Runner(
-            RunnerDeps(agent, store, self.deps.pool, planner, emit),
+            RunnerDeps(agent=self.deps.agent, store=store, pool=self.deps.pool, planner=planner, io=io),
             RunnerConfig(
-                self.config.root,
-                self.config.home / "worktrees" / self.sid,
-                self.config.step_limits,
-                self.config.system_prompt,
+                root=self.config.root,
+                worktrees=self.config.home / "worktrees" / self.sid,
+                limits=self.config.step_limits,
+                system_prompt=self.config.system_prompt,
             ),
         )
-        outcomes = runner.run(workflow, Frame(wf, turn, text, base, notes, 0, f"wf{wf}"), cancel)
+        frame = Frame(workflow=wf, turn=turn, request=text, base=base, memory=notes, scope=f"wf{wf}")
+        outcomes = runner.run(workflow, frame)
         _remove_empty_dirs(runner.config.worktrees)
-        landing = self._land(wf, outcomes, base, emit, before_apply)
+        landing = self._land(wf, outcomes, base, io.emit, before_apply)
         applied = (
             memory.facts_from_patch(landing.patch, outcomes[-1].worker) if landing.status == "success" else []
         )
@@ -120,27 +119,18 @@ class Conductor:
 
     def next_workflow(self) -> int:
         numbers = [
-            int(m.group(1)) for s in scopes(self.deps.store, self.sid) if (m := re.match(r"wf(\d+)\.", s))
+            int(m.group(1)) for s in self.deps.store.scopes(self.sid) if (m := re.match(r"wf(\d+)\.", s))
         ]
         return max([*numbers, memory.last_workflow(self.deps.store, self.sid)]) + 1
 
-    def _fall_back(
-        self, plan: PlanOutcome, emit: Emit, fugu: Callable[[], TurnResult], cancel: threading.Event | None
-    ) -> TurnResult:
-        if cancel is not None and cancel.is_set():
-            usage, workers, steps = total_usage([plan])
-            return TurnResult("interrupted", "interrupted by the user", self.sid, steps, usage, workers)
-        what = "invalid twice" if plan.num_turns >= 2 else "unusable"
-        emit(
-            Notice(
-                self.sid,
-                level="warning",
-                text=f"the conductor's plan was {what} ({plan.error}); running in fugu mode",
+    def _fall_back(self, plan: PlanOutcome, io: TurnIO) -> TurnResult | FallBack:
+        if io.cancel is not None and io.cancel.is_set():
+            return TurnResult(
+                "interrupted", "interrupted by the user", self.sid, plan.num_turns, plan.usage, plan.workers
             )
-        )
-        result = fugu()
-        usage, workers, steps = total_usage([plan, result])
-        return dataclasses.replace(result, usage=usage, workers=workers, num_turns=steps)
+        what = "invalid twice" if plan.num_turns >= 2 else "unusable"
+        reason = f"the conductor's plan was {what} ({plan.error}); running in fugu mode"
+        return FallBack(reason=reason, usage=plan.usage, workers=plan.workers, num_turns=plan.num_turns)
 
     def _base(self, wf: int, emit: Emit) -> str | None:
         from fugu_cli.tools import git
@@ -150,7 +140,7 @@ class Conductor:
         except Exception as e:  # not a git repository: no worktrees, so no isolation of files
             emit(
                 Notice(
-                    self.sid,
+                    session_id=self.sid,
                     level="warning",
                     text=f"no git worktrees ({e}); the steps share {self.config.root}",
                 )
@@ -172,7 +162,7 @@ class Conductor:
                 path = self._save(f"wf{wf}-s{o.index}", o.patch)
                 emit(
                     Notice(
-                        self.sid,
+                        session_id=self.sid,
                         level="warning",
                         text=f"step {o.index}'s changes reach no later step and were not applied: {path}",
                     )
@@ -205,7 +195,7 @@ class Conductor:
                 f"The patch is saved at {path}; apply it by hand with: git apply --3way {path}"
             )
             return _Landing("error_during_execution", error, "")
-        emit(Notice(self.sid, level="info", text=message))
+        emit(Notice(session_id=self.sid, level="info", text=message))
         return _Landing("success", None, patch)
 
     def _refused(self, patch: str) -> str | None:

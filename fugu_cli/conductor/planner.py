@@ -7,16 +7,24 @@ Never raises for a bad plan: the outcome carries the validation error instead.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from fugu_cli import prompts
-from fugu_cli.agent import Agent, AgentDeps, Limits
+from fugu_cli.agent import Agent, AgentDeps, Limits, TurnIO
 from fugu_cli.conductor.workflow import CONDUCTOR, MAX_STEPS, PlanError, Workflow, parse
 from fugu_cli.ledger import Ledger
-from fugu_cli.types import Message, RouteDecision, RouteState, TurnResult, Usage, Worker, WorkerUsage
+from fugu_cli.types import (
+    Message,
+    RouteDecision,
+    RouteState,
+    TurnResult,
+    Usage,
+    Worker,
+    WorkerUsage,
+    add_workers,
+)
 
 
 @dataclass(frozen=True)
@@ -61,9 +69,7 @@ class Planner:
         self.pool = list(pool)
         self.max_depth = max_depth
 
-    def plan(
-        self, req: PlanRequest, ledger: Ledger, turn: int, cancel: threading.Event | None = None
-    ) -> PlanOutcome:
+    def plan(self, req: PlanRequest, ledger: Ledger, turn: int, io: TurnIO) -> PlanOutcome:
         from fugu_cli.tools.registry import ToolRegistry
 
         names = [w.name for w in self.pool]
@@ -72,8 +78,9 @@ class Planner:
             Message(role="system", content=self.system_prompt(allow)),
             Message(role="user", content=self._user_prompt(req)),
         ]
-        deps = dataclasses.replace(self.deps, tools=ToolRegistry([]), ledger=ledger, stream=False)
+        deps = dataclasses.replace(self.deps, tools=ToolRegistry([]), ledger=ledger)
         agent = Agent(deps)
+        io = dataclasses.replace(io, stream=False)
         pick = fixed_picker(self.conductor, self.pool, "conductor")
         results: list[TurnResult] = []
         error = ""
@@ -81,13 +88,16 @@ class Planner:
             if attempt:
                 repair = prompts.load("conductor_repair").replace("{{error}}", error)
                 messages.append(Message(role="user", content=repair))
-            result = agent.run(messages, turn, pick, Limits(max_steps=1), cancel=cancel)
+            result = agent.run(messages, turn, pick, Limits(max_steps=1), io)
             results.append(result)
             if result.status == "interrupted":
                 return _outcome(None, "interrupted by the user", results)
             text = _last_answer(messages)
             if not text:
-                error = result.error or "the conductor gave no answer"
+                # its one step ended in tool calls (it has none): the step limit is not the user's to raise
+                called = result.status == "error_max_turns"
+                error = "the conductor called tools instead of writing a workflow" if called else ""
+                error = error or result.error or "the conductor gave no answer"
                 if result.status != "success" and result.num_turns == 0:
                     return _outcome(None, error, results)
                 continue
@@ -153,13 +163,6 @@ class Spent(Protocol):
 
 def total_usage(parts: Iterable[Spent]) -> tuple[Usage, dict[str, WorkerUsage], int]:
     """Usage, per-worker usage and LLM steps summed over agents' results."""
-    usage = Usage()
-    workers: dict[str, WorkerUsage] = {}
-    steps = 0
-    for r in parts:
-        usage = usage + r.usage
-        steps += r.num_turns
-        for name, w in r.workers.items():
-            prev = workers.get(name, WorkerUsage())
-            workers[name] = WorkerUsage(prev.steps + w.steps, prev.cost_usd + w.cost_usd)
-    return usage, workers, steps
+    parts = list(parts)
+    usage = sum((r.usage for r in parts), Usage())
+    return usage, add_workers(*(r.workers for r in parts)), sum(r.num_turns for r in parts)

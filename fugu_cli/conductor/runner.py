@@ -16,7 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fugu_cli.agent import Agent, AgentDeps, Limits
+from fugu_cli.agent import Agent, AgentDeps, Limits, TurnIO
 from fugu_cli.conductor.planner import Planner, PlanRequest, fixed_picker, total_usage
 from fugu_cli.conductor.workflow import CONDUCTOR, Step, Workflow
 from fugu_cli.events import (
@@ -35,7 +35,7 @@ from fugu_cli.types import Message, TurnStatus, Usage, Worker, WorkerUsage
 MAX_DIFF_CHARS = 20_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepOutcome:
     index: int
     worker: str
@@ -50,9 +50,8 @@ class StepOutcome:
     elapsed_s: float
     scopes: tuple[str, ...]  # ledger scopes of its agents (a recursion step has several)
     notes: tuple[str, ...] = ()
-    carried: tuple[
-        int, ...
-    ] = ()  # the steps whose changes its tree holds: itself and, transitively, its inputs
+    # the steps whose changes its tree holds: itself and, transitively, its inputs
+    carried: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -69,16 +68,32 @@ class Frame:
     parent_step: int | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
+class StepJob:
+    """One step about to run: its place in the workflow, what it may see, the diffs its tree starts with."""
+
+    index: int
+    step: Step
+    inputs: tuple[StepOutcome, ...]  # the outcomes of its access list
+    patches: tuple[str, ...]  # the changes of every step its tree carries, in step order
+    frame: Frame
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def scope(self) -> str:
+        return f"{self.frame.scope}.s{self.index}"
+
+
+@dataclass(frozen=True)
 class RunnerDeps:
     agent: AgentDeps  # template: llm, tools, policy, approver, workers, session id
     store: Store
     pool: Sequence[Worker]
     planner: Planner
-    emit: Emit
+    io: TurnIO  # the turn's events and cancel flag
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunnerConfig:
     root: Path
     worktrees: Path  # FUGU_HOME/worktrees/<session>
@@ -93,9 +108,7 @@ class Runner:
         self._git_lock = threading.Lock()
         self._approve_lock = threading.Lock()
 
-    def run(
-        self, workflow: Workflow, frame: Frame, cancel: threading.Event | None = None
-    ) -> list[StepOutcome]:
+    def run(self, workflow: Workflow, frame: Frame) -> list[StepOutcome]:
         """Every step's outcome, in step order. A step whose inputs failed still runs, told so.
 
         A step's worktree holds the changes of its access list and, transitively, of theirs (a diff applies
@@ -109,11 +122,16 @@ class Runner:
             while pending or running:
                 for i in [i for i in pending if all(a in done for a in steps[i].access)]:
                     pending.remove(i)
-                    inputs = [done[a] for a in steps[i].access]
+                    inputs = tuple(done[a] for a in steps[i].access)
                     carried = sorted({k for o in inputs for k in o.carried})
-                    patches = [done[k].patch for k in carried]
-                    future = pool.submit(self._guarded, i, steps[i], inputs, patches, frame, cancel)
-                    running[future] = i
+                    job = StepJob(
+                        index=i,
+                        step=steps[i],
+                        inputs=inputs,
+                        patches=tuple(done[k].patch for k in carried),
+                        frame=frame,
+                    )
+                    running[pool.submit(self._guarded, job)] = i
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in finished:
                     outcome = future.result()
@@ -122,33 +140,26 @@ class Runner:
                     done[i] = dataclasses.replace(outcome, carried=tuple(carried))
         return [done[i] for i in range(len(steps))]
 
-    def _guarded(
-        self,
-        i: int,
-        step: Step,
-        inputs: list[StepOutcome],
-        patches: list[str],
-        frame: Frame,
-        cancel: threading.Event | None,
-    ) -> StepOutcome:
-        started = time.monotonic()
-        self.deps.emit(
+    def _guarded(self, job: StepJob) -> StepOutcome:
+        frame, step = job.frame, job.step
+        self.deps.io.emit(
             WorkflowStepStarted(
-                self.sid, workflow=frame.workflow, step=i, worker=step.worker, parent_step=frame.parent_step
+                session_id=self.sid,
+                workflow=frame.workflow,
+                step=job.index,
+                worker=step.worker,
+                parent_step=frame.parent_step,
             )
         )
         try:
-            if step.worker == CONDUCTOR:
-                outcome = self._recurse(i, step, inputs, patches, frame, cancel, started)
-            else:
-                outcome = self._agent_step(i, step, inputs, patches, frame, cancel, started)
+            outcome = self._recurse(job) if step.worker == CONDUCTOR else self._agent_step(job)
         except Exception as e:  # a broken step must not take the workflow down: later steps hear about it
-            outcome = _failed(i, step, f"step {i} failed: {type(e).__name__}: {e}", started, frame.scope)
-        self.deps.emit(
+            outcome = _failed(job, f"step {job.index} failed: {type(e).__name__}: {e}")
+        self.deps.io.emit(
             WorkflowStepFinished(
-                self.sid,
+                session_id=self.sid,
                 workflow=frame.workflow,
-                step=i,
+                step=job.index,
                 worker=step.worker,
                 status=outcome.status,
                 cost_usd=outcome.usage.cost_usd,
@@ -162,81 +173,49 @@ class Runner:
     def sid(self) -> str:
         return self.deps.agent.session_id
 
-    def _agent_step(
-        self,
-        i: int,
-        step: Step,
-        inputs: list[StepOutcome],
-        patches: list[str],
-        frame: Frame,
-        cancel: threading.Event | None,
-        started: float,
-    ) -> StepOutcome:
-        scope = f"{frame.scope}.s{i}"
-        dest = self.config.worktrees.joinpath(*scope.split("."))
-        with self._worktree(dest, frame.base, patches) as (root, start, notes):
-            ledger = Ledger(self.deps.store, self.sid, scope)
+    def _agent_step(self, job: StepJob) -> StepOutcome:
+        frame, step = job.frame, job.step
+        dest = self.config.worktrees.joinpath(*job.scope.split("."))
+        with self._worktree(dest, frame.base, job.patches) as (root, start, notes):
+            ledger = Ledger(self.deps.store, self.sid, job.scope)
             messages = [
                 Message(role="system", content=self.config.system_prompt),
-                Message(role="user", content=step_prompt(frame, i, step, inputs, notes)),
+                Message(role="user", content=step_prompt(frame, job.index, step, job.inputs, notes)),
             ]
-            for n, m in enumerate(messages):
-                ledger.message(frame.turn, n, m)
-            seq = [len(messages)]
-
-            def persist(m: Message) -> None:
-                ledger.message(frame.turn, seq[0], m)
-                seq[0] += 1
-
-            deps = dataclasses.replace(
-                self.deps.agent,
-                tool_ctx=self._tool_ctx(root),
-                ledger=ledger,
-                emit=self._tagged(i),
-                stream=False,
-            )
-            pick = fixed_picker(step.worker, self.deps.pool, f"workflow step {i}")
-            result = Agent(deps).run(
-                messages, frame.turn, pick, self.config.limits, cancel=cancel, on_message=persist
-            )
+            for m in messages:
+                ledger.turn(frame.turn).message(m)
+            deps = dataclasses.replace(self.deps.agent, tool_ctx=self._tool_ctx(root), ledger=ledger)
+            io = TurnIO(emit=self._tagged(job.index), cancel=self.deps.io.cancel, stream=False)
+            pick = fixed_picker(step.worker, self.deps.pool, f"workflow step {job.index}")
+            result = Agent(deps).run(messages, frame.turn, pick, self.config.limits, io)
             patch, cumulative = self._diffs(root, start, frame.base)
         return StepOutcome(
-            i,
-            step.worker,
-            step.subtask,
-            result.status,
-            result.result,
-            patch,
-            cumulative,
-            result.usage,
-            result.workers,
-            result.num_turns,
-            time.monotonic() - started,
-            (scope,),
-            tuple(notes),
+            index=job.index,
+            worker=step.worker,
+            subtask=step.subtask,
+            status=result.status,
+            answer=result.result,
+            patch=patch,
+            cumulative=cumulative,
+            usage=result.usage,
+            workers=result.workers,
+            num_turns=result.num_turns,
+            elapsed_s=time.monotonic() - job.started,
+            scopes=(job.scope,),
+            notes=tuple(notes),
         )
 
-    def _recurse(
-        self,
-        i: int,
-        step: Step,
-        inputs: list[StepOutcome],
-        patches: list[str],
-        frame: Frame,
-        cancel: threading.Event | None,
-        started: float,
-    ) -> StepOutcome:
-        scope = f"{frame.scope}.s{i}"
+    def _recurse(self, job: StepJob) -> StepOutcome:
+        frame, step, i, scope = job.frame, job.step, job.index, job.scope
         req = PlanRequest(
-            frame.request, frame.memory, frame.depth + 1, step.subtask, "\n\n".join(map(_granted, inputs))
+            frame.request, frame.memory, frame.depth + 1, step.subtask, "\n\n".join(map(_granted, job.inputs))
         )
-        plan = self.deps.planner.plan(
-            req, Ledger(self.deps.store, self.sid, f"{scope}.plan"), frame.turn, cancel
-        )
+        plan_ledger = Ledger(self.deps.store, self.sid, f"{scope}.plan")
+        plan = self.deps.planner.plan(req, plan_ledger, frame.turn, self.deps.io)
         scopes = (f"{scope}.plan",)
         if plan.workflow is None:
             return dataclasses.replace(
-                _failed(i, step, f"the conductor could not plan step {i}: {plan.error}", started, scope),
+                _failed(job, f"the conductor could not plan step {i}: {plan.error}"),
                 usage=plan.usage,
                 workers=plan.workers,
                 num_turns=plan.num_turns,
@@ -244,12 +223,12 @@ class Runner:
             )
         dest = self.config.worktrees.joinpath(*f"{scope}-base".split("."))
         start, notes = frame.base, list[str]()
-        if any(p.strip() for p in patches):
-            with self._worktree(dest, frame.base, patches) as (_, start, notes):
+        if any(p.strip() for p in job.patches):
+            with self._worktree(dest, frame.base, job.patches) as (_, start, notes):
                 pass
-        self.deps.emit(
+        self.deps.io.emit(
             WorkflowPlanned(
-                self.sid,
+                session_id=self.sid,
                 workflow=frame.workflow,
                 steps=tuple(plan.workflow.to_json()),
                 source="recursion",
@@ -257,29 +236,29 @@ class Runner:
             )
         )
         sub = dataclasses.replace(frame, base=start, depth=frame.depth + 1, scope=scope, parent_step=i)
-        outcomes = self.run(plan.workflow, sub, cancel)
+        outcomes = self.run(plan.workflow, sub)
         last = outcomes[-1]
         patch = last.cumulative
         cumulative = patch
         if frame.base is not None and start != frame.base:
-            with self._worktree(dest, frame.base, [*patches, patch]) as (root, _, more):
+            with self._worktree(dest, frame.base, [*job.patches, patch]) as (root, _, more):
                 cumulative = self._diffs(root, frame.base, frame.base)[0]
                 notes = [*notes, *more]
         usage, workers, turns = total_usage([plan, *outcomes])
         return StepOutcome(
-            i,
-            CONDUCTOR,
-            step.subtask,
-            last.status,
-            last.answer,
-            patch,
-            cumulative,
-            usage,
-            workers,
-            turns,
-            time.monotonic() - started,
-            scopes + tuple(s for o in outcomes for s in o.scopes),
-            tuple(notes),
+            index=i,
+            worker=CONDUCTOR,
+            subtask=step.subtask,
+            status=last.status,
+            answer=last.answer,
+            patch=patch,
+            cumulative=cumulative,
+            usage=usage,
+            workers=workers,
+            num_turns=turns,
+            elapsed_s=time.monotonic() - job.started,
+            scopes=scopes + tuple(s for o in outcomes for s in o.scopes),
+            notes=tuple(notes),
         )
 
     def _tool_ctx(self, root: Path) -> ToolContext:
@@ -300,10 +279,10 @@ class Runner:
         return dataclasses.replace(template, root=root, before_edit=None, policy=policy, approve=serial)
 
     def _tagged(self, i: int) -> Emit:
-        emit = self.deps.emit
+        emit = self.deps.io.emit
 
         def tagged(event: Event) -> None:
-            emit(WorkflowAgentEvent(self.sid, step=i, inner=event))
+            emit(WorkflowAgentEvent(session_id=self.sid, step=i, inner=event))
 
         return tagged
 
@@ -389,18 +368,18 @@ def _granted(o: StepOutcome) -> str:
     return head + f"\nIts changes (already applied to your worktree):\n```diff\n{diff.rstrip()}\n```"
 
 
-def _failed(i: int, step: Step, error: str, started: float, scope: str) -> StepOutcome:
+def _failed(job: StepJob, error: str) -> StepOutcome:
     return StepOutcome(
-        i,
-        step.worker,
-        step.subtask,
-        "error_during_execution",
-        error,
-        "",
-        "",
-        Usage(),
-        {},
-        0,
-        time.monotonic() - started,
-        (scope,),
+        index=job.index,
+        worker=job.step.worker,
+        subtask=job.step.subtask,
+        status="error_during_execution",
+        answer=error,
+        patch="",
+        cumulative="",
+        usage=Usage(),
+        workers={},
+        num_turns=0,
+        elapsed_s=time.monotonic() - job.started,
+        scopes=(job.scope,),
     )

@@ -166,6 +166,8 @@ def load(path: Path, workers: Collection[str], *, allow_conductor: bool = True) 
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise PlanError(f"cannot read the plan {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise PlanError(f"the plan {path} is not UTF-8 text (byte {e.start}): save it as UTF-8") from None
     try:
         return validate(json.loads(text), workers, allow_conductor=allow_conductor)
     except json.JSONDecodeError as e:

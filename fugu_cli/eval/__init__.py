@@ -55,7 +55,7 @@ class EvalOptions:
 def main(options: EvalOptions) -> int:
     """Run the suite; print the report. 0 when it ran (whatever the rewards), 2 for a usage error, 1 when
     every run crashed before its check."""
-    from fugu_cli.app import RunOptions
+    from fugu_cli.options import RunOptions
 
     def progress(r: RunRecord) -> None:
         mark = "✓" if r.reward >= 1.0 else ("!" if not r.stored else "✗")

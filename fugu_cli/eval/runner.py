@@ -8,7 +8,6 @@ progress goes to the `on_result` callback.
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import tempfile
 import threading
@@ -18,12 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from fugu_cli.app import RunOptions, build_session, load_options_config, open_store, usable_pool
+from fugu_cli.app import Resolved, assemble, open_store, resolve
 from fugu_cli.errors import FuguError, UsageError
 from fugu_cli.eval.report import RunRecord, SuiteReport, build_report
 from fugu_cli.eval.suite import CheckResult, Suite, Task, make_task_repo, restore_protected, run_check
 from fugu_cli.llm import LLM
-from fugu_cli.store import Store
+from fugu_cli.options import RunOptions
+from fugu_cli.store import OutcomeRow, Store
 from fugu_cli.types import Worker
 
 MODES = ("fugu", "ultra")
@@ -46,8 +46,7 @@ class _Job:
 @dataclass(frozen=True)
 class _Context:
     suite: Suite
-    opts: RunOptions
-    pool_file: Path
+    resolved: Resolved  # config, pool and router, resolved once where eval started; every run shares them
     workdir: Path
     store: Store
     llm: LLM | None
@@ -96,27 +95,12 @@ def run_suite(
     """
     if repeats < 1 or parallel < 1:
         raise UsageError("--repeats and --parallel must be at least 1")
-    config = load_options_config(opts)
-    pool = usable_pool(config, opts.cwd)
-    arms = plan_arms(pool, workers, modes)
+    resolved = resolve(dataclasses.replace(opts, max_turns=opts.max_turns or suite.max_turns))
+    arms = plan_arms(resolved.pool, workers, modes)
     workdir = Path(tempfile.mkdtemp(prefix=f"fugu-eval-{suite.name}-"))
     owned = store is None
     store = store if store is not None else open_store()
-    ctx = _Context(
-        suite=suite,
-        opts=dataclasses.replace(
-            opts,
-            router=config.router,
-            cost_weight=config.cost_weight,
-            max_budget_usd=config.max_budget_usd,
-            max_turns=opts.max_turns or suite.max_turns,
-        ),
-        pool_file=_write_pool(pool, workdir / "pool.toml"),
-        workdir=workdir,
-        store=store,
-        llm=llm,
-        keep=keep,
-    )
+    ctx = _Context(suite=suite, resolved=resolved, workdir=workdir, store=store, llm=llm, keep=keep)
     jobs = [_Job(t, a, r) for r in range(repeats) for t in suite.tasks for a in arms]
     started = time.monotonic()
     lock = threading.Lock()
@@ -145,21 +129,17 @@ def _run_job(ctx: _Context, job: _Job) -> RunRecord:
     status, session_id, cost, error = "error", None, 0.0, None
     try:
         make_task_repo(job.task, repo)
-        session = build_session(
-            dataclasses.replace(
-                ctx.opts,
-                cwd=repo,
-                pool=str(ctx.pool_file),
-                worker=job.arm.worker,
-                ultra=job.arm.ultra,
-                permission_mode="full-auto",
-                stream=False,
-                resume=None,
-                continue_last=False,
-            ),
-            llm=ctx.llm,
-            store=ctx.store,
+        run = dataclasses.replace(
+            ctx.resolved.options,
+            cwd=repo,
+            worker=job.arm.worker,
+            ultra=job.arm.ultra,
+            permission_mode="full-auto",
+            stream=False,
+            resume=None,
+            continue_last=False,
         )
+        session = assemble(ctx.resolved, run, llm=ctx.llm, store=ctx.store)
         session_id = session.id
         cancel = threading.Event()
         timer = threading.Timer(ctx.suite.turn_timeout_s, cancel.set)
@@ -218,22 +198,5 @@ def _record(
 
 
 def _store_outcome(ctx: _Context, job: _Job, reward: float, cost: float, session_id: str | None) -> None:
-    ctx.store.execute(
-        "INSERT INTO outcomes (task, worker, reward, cost_usd, source, session_id, created_at)"
-        " VALUES (?,?,?,?,?,?,?)",
-        (job.task.prompt, job.arm.name, reward, cost, f"eval:{ctx.suite.name}", session_id, time.time()),
-    )
-
-
-def _write_pool(pool: Sequence[Worker], path: Path) -> Path:
-    """The pool as resolved where eval started, so every task repo uses exactly those workers."""
-    lines: list[str] = []
-    for w in pool:
-        lines.append("[[workers]]")
-        for key, value in dataclasses.asdict(w).items():
-            if value is not None:
-                # JSON strings and numbers are valid TOML values
-                lines.append(f"{key} = {json.dumps(value)}")
-        lines.append("")
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
+    source = f"eval:{ctx.suite.name}"
+    ctx.store.add_outcome(OutcomeRow(job.task.prompt, job.arm.name, reward, cost, source, session_id))

@@ -24,3 +24,7 @@ class LLM(Protocol):
         text deltas when given (the client then streams). `cancel` set means stop as soon as possible
         and raise `Interrupted`."""
         ...
+
+    def warm(self) -> None:
+        """Do slow one-time set-up now (the REPL calls it in a background thread while the user types)."""
+        ...

@@ -1,7 +1,7 @@
 """The production `LLM`: chat completions through litellm, with our own retries, streaming, usage and cost.
 
 The only module that imports litellm, and only inside `load_litellm()` (first call), never at import time.
-Never prints: warnings go to the "fugu" logger and to `on_warning` / `warnings_seen`.
+Never prints: a warning the user should hear (no price known) rides on the Completion, and goes to the log.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import logging
 import os
 import queue
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -70,16 +71,13 @@ class _CallbackFailed(Exception):
 class LiteLLMClient:
     """Implements `fugu_cli.llm.LLM` over litellm."""
 
-    def __init__(
-        self,
-        config: ClientConfig | None = None,
-        *,
-        on_warning: Callable[[str], None] | None = None,
-    ) -> None:
+    def __init__(self, config: ClientConfig | None = None) -> None:
         self.config = config or ClientConfig()
-        self.on_warning = on_warning
-        self.warnings_seen: list[str] = []
-        self.prices = PriceBook(self._warn, load_litellm)
+        self.prices = PriceBook(load_litellm)
+
+    def warm(self) -> None:
+        """Import litellm now (about 3 s), e.g. in a background thread while the user types."""
+        load_litellm()
 
     def complete(
         self,
@@ -200,9 +198,15 @@ class LiteLLMClient:
     def _finish(self, worker: Worker, completion: Completion | None) -> Completion:
         if completion is None:
             raise MalformedReply("reply had no choices")
-        usage = self.prices.cost(worker, completion.usage)
+        usage, warning = self.prices.cost(worker, completion.usage)
+        if warning:
+            log.warning("%s", warning)
         return Completion(
-            completion.message, usage, completion.model or worker.model, completion.finish_reason
+            completion.message,
+            usage,
+            completion.model or worker.model,
+            completion.finish_reason,
+            warnings=(warning,) if warning else (),
         )
 
     def _delay(self, attempt: int, fault: _Fault) -> float:
@@ -211,12 +215,6 @@ class LiteLLMClient:
             return min(max(fault.retry_after_s, 0.0), cap)
         backoff = self.config.backoff_base_s * float(2**attempt) * (0.5 + random.random())
         return min(backoff, cap)
-
-    def _warn(self, text: str) -> None:
-        log.warning("%s", text)
-        self.warnings_seen.append(text)
-        if self.on_warning is not None:
-            self.on_warning(text)
 
 
 def classify(exc: BaseException, timeout_s: float) -> _Fault:
@@ -268,9 +266,14 @@ def _status_text(status: object) -> str:
     return f"HTTP {status}: " if isinstance(status, int) else ""
 
 
+# litellm wraps a provider's words in its own names ("litellm.ServiceUnavailableError:
+# ServiceUnavailableError: OpenAIException - upstream is down"); the user needs the provider's reason first.
+_WRAPPERS = re.compile(r"^(?:(?:litellm\.)?\w+(?:Error|Exception)(?::| -)\s*)+")
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return text[:300]
+    return (_WRAPPERS.sub("", text).strip() or text)[:300]
 
 
 def _describe(worker: Worker, cause: str) -> str:

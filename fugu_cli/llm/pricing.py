@@ -33,30 +33,28 @@ def unknown_price_warning(worker: Worker) -> str:
 
 
 class PriceBook:
-    """Adds `cost_usd` to usage. Warns once per model per process through `warn`."""
+    """Adds `cost_usd` to usage; the first time a model has no known price (per process), also a warning."""
 
-    def __init__(self, warn: Callable[[str], None], litellm: Callable[[], Any]) -> None:
-        self._warn = warn
+    def __init__(self, litellm: Callable[[], Any]) -> None:
         self._litellm = litellm
 
-    def cost(self, worker: Worker, usage: Usage) -> Usage:
+    def cost(self, worker: Worker, usage: Usage) -> tuple[Usage, str | None]:
         cost = price_from_worker(worker, usage)
+        warning = None
         if cost is None:
-            cost = self._table_cost(worker, usage)
-        return replace(usage, cost_usd=cost)
+            cost, warning = self._table_cost(worker, usage)
+        return replace(usage, cost_usd=cost), warning
 
-    def _table_cost(self, worker: Worker, usage: Usage) -> float:
+    def _table_cost(self, worker: Worker, usage: Usage) -> tuple[float, str | None]:
         try:
             cost_in, cost_out = self._litellm().cost_per_token(
                 model=worker.model,
                 prompt_tokens=usage.prompt_tokens,
                 completion_tokens=usage.completion_tokens,
             )
-            return float(cost_in) + float(cost_out)
+            return float(cost_in) + float(cost_out), None
         except Exception:
             with _warned_lock:
                 first = worker.model not in _warned
                 _warned.add(worker.model)
-            if first:
-                self._warn(unknown_price_warning(worker))
-            return 0.0
+            return 0.0, unknown_price_warning(worker) if first else None

@@ -76,6 +76,9 @@ class ScriptedLLM:
     def workers_called(self) -> list[str]:
         return [c.worker for c in self.calls]
 
+    def warm(self) -> None:
+        """Nothing to set up: replies are in memory."""
+
     def complete(
         self,
         worker: Worker,

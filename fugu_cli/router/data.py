@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import sqlite3
 import tomllib
 from collections import defaultdict
 from collections.abc import Sequence
@@ -20,6 +19,8 @@ from typing import Any, Literal
 import numpy as np
 
 from fugu_cli.errors import UsageError
+
+MODES = ("fugu", "ultra")  # eval arms that are modes, not workers
 
 SplitKind = Literal["given", "kfold", "tasks", "all"]
 
@@ -222,19 +223,18 @@ def _assemble(
 
 
 def load_store_outcomes(db_path: str | Path) -> RewardMatrix:
-    """fugu's own recorded outcomes: the store's `outcomes(task, worker, reward, cost_usd)` table, read
-    read-only. A store without that table yields an empty matrix."""
+    """fugu's own recorded outcomes: the store's `outcomes` table (what `fugu eval` wrote)."""
+    from fugu_cli.store import Store
+
     path = Path(db_path)
     if not path.is_file():
         raise UsageError(f"No fugu store at {path}.")
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    store = Store(path, readonly=True)
     try:
-        has = con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='outcomes'").fetchone()
         # the "fugu" and "ultra" arms of `fugu eval` are modes, not workers a router could pick
-        query = "SELECT task, worker, reward, cost_usd FROM outcomes WHERE worker NOT IN ('fugu', 'ultra')"
-        rows = con.execute(query).fetchall() if has else []
+        rows = [(o.task, o.worker, o.reward, o.cost_usd) for o in store.outcomes() if o.worker not in MODES]
     finally:
-        con.close()
+        store.close()
     cells: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
     meta: dict[str, tuple[str, str]] = {}
     texts: dict[str, str] = {}

@@ -13,14 +13,13 @@ import threading
 
 from fugu_cli.errors import FuguError
 from fugu_cli.serve.handler import MAX_BODY
-from fugu_cli.serve.server import MAX_LIVE_SESSIONS, PERMISSION_MODES, FuguServer, ServeOptions
+from fugu_cli.serve.server import MAX_LIVE_SESSIONS, FuguServer, ServeOptions
 from fugu_cli.serve.wire import MODELS, ApiError, ChatRequest, parse_request
 
 __all__ = [
     "MAX_BODY",
     "MAX_LIVE_SESSIONS",
     "MODELS",
-    "PERMISSION_MODES",
     "ApiError",
     "ChatRequest",
     "FuguServer",

@@ -4,6 +4,7 @@ that serialises turns on the repository. Sessions come from app.py; HTTP handlin
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections import OrderedDict
@@ -13,14 +14,14 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from fugu_cli.app import RunOptions, build_session, discover_pool, load_options_config, open_store, repo_root
-from fugu_cli.errors import UsageError
+from fugu_cli.app import Resolved, assemble, open_store, repo_root, resolve
+from fugu_cli.config import load_config
+from fugu_cli.options import RunOptions, permission_mode
 from fugu_cli.serve.handler import handler_for
 from fugu_cli.serve.wire import MODELS, ApiError, ChatRequest
 from fugu_cli.session import Session
 from fugu_cli.types import Message, TurnResult
 
-PERMISSION_MODES = ("ask", "auto-edit", "full-auto", "read-only")
 MAX_LIVE_SESSIONS = 64
 
 
@@ -43,14 +44,12 @@ class FuguServer:
     """The HTTP server, the live sessions (by client key and by fugu id) and the repository lock."""
 
     def __init__(self, options: ServeOptions) -> None:
-        if options.permission_mode not in PERMISSION_MODES:
-            raise UsageError(
-                f"--permission-mode {options.permission_mode}: choose one of {', '.join(PERMISSION_MODES)}"
-            )
         self.options = options
         self.root = repo_root(options.cwd)
         self.api_key = options.api_key if options.api_key is not None else os.environ.get("FUGU_SERVE_KEY")
-        load_options_config(self._run_options())  # a broken config fails at start, not on the first request
+        load_config(options.cwd, self._run_options().overrides())  # a broken config fails at start
+        self._resolved: Resolved | None = None
+        self._resolving = threading.Lock()
         self.store = open_store()
         self.turn_lock = threading.Lock()  # one repository: turns never edit it concurrently
         self._table = threading.Lock()
@@ -83,21 +82,28 @@ class FuguServer:
             self._thread = None
             self.httpd.server_close()
 
-    def _run_options(self, *, resume: str | None = None) -> RunOptions:
+    def _run_options(self) -> RunOptions:
         o = self.options
         return RunOptions(
             cwd=o.cwd,
             pool=o.pool,
             router=o.router,
-            permission_mode=o.permission_mode,
+            permission_mode=permission_mode(o.permission_mode),
             max_turns=o.max_turns,
             max_budget_usd=o.max_budget_usd,
-            resume=resume,
         )
 
+    @property
+    def resolved(self) -> Resolved:
+        """Pool and router, resolved on the first request that needs them (probing servers takes time, and
+        a server may start before its workers do); then shared by every session."""
+        with self._resolving:
+            if self._resolved is None:
+                self._resolved = resolve(self._run_options())
+            return self._resolved
+
     def model_ids(self) -> list[str]:
-        workers, _ = discover_pool(load_options_config(self._run_options()), self.options.cwd)
-        return [*MODELS, *(f"fugu/{w.name}" for w in workers)]
+        return [*MODELS, *(f"fugu/{n}" for n in self.resolved.names)]
 
     def session_for(self, req: ChatRequest) -> Session:
         """The session a request continues, or a new one.
@@ -116,7 +122,8 @@ class FuguServer:
         if session is None:
             row = self.store.get_session(sid) if sid else None
             resume = row.id if row is not None and row.id == sid and row.cwd == str(self.root) else None
-            session = build_session(self._run_options(resume=resume), store=self.store)
+            opts = dataclasses.replace(self.resolved.options, resume=resume)
+            session = assemble(self.resolved, opts, store=self.store)
             if resume is None:
                 _seed(session, req.context)
             self._remember(key, session)
@@ -147,8 +154,7 @@ class FuguServer:
                     return None
                 session.ultra = req.ultra
                 session.set_worker(req.worker)
-                session.deps.agent.stream = req.stream
-                return session.run_turn(req.task, emit, cancel)
+                return session.run_turn(req.task, emit, cancel, stream=req.stream)
         finally:
             with self._table:
                 self._running.discard(cancel)

@@ -13,7 +13,8 @@ from fugu_cli.tools.sandbox import SandboxPolicy
 if TYPE_CHECKING:
     from fugu_cli.config import Config
 
-PermissionMode = Literal["ask", "auto-edit", "full-auto", "read-only"]
+from fugu_cli.types import PermissionMode
+
 ToolKind = Literal["read", "edit", "exec"]
 Answer = Literal["yes", "no", "always"]
 

@@ -12,15 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from fugu_cli.errors import FuguError, UsageError
-from fugu_cli.ui.run import err, tool_summary
+from fugu_cli.ui.phrases import err, tool_summary
 
 
 def pool_command(pool: str | None, json_out: bool) -> int:
-    from fugu_cli.app import RunOptions, check_pool, discover_pool, load_options_config
-    from fugu_cli.pool import POOL_HINT
+    from fugu_cli.config import load_config
+    from fugu_cli.options import RunOptions
+    from fugu_cli.pool import POOL_HINT, check_pool, discover_pool
 
     try:
-        config = load_options_config(RunOptions(pool=pool))
+        config = load_config(Path.cwd(), RunOptions(pool=pool).overrides())
         workers, source = discover_pool(config, Path.cwd())
     except UsageError as e:
         err(str(e))
@@ -47,12 +48,15 @@ def pool_command(pool: str | None, json_out: bool) -> int:
         print(json.dumps({"source": source, "workers": rows}, indent=2))
     else:
         print(f"pool from {source}:")
+        table: list[tuple[str, str, str, str, str]] = []
         for a in checked:
-            w = a.worker
-            p_in, p_out, where = prices[w.name]
+            p_in, p_out, where = prices[a.worker.name]
             price = f"${p_in:g}/${p_out:g} per M ({where})" if p_in is not None else "price unknown ($0)"
-            mark = "ok " if a.ok else "-- "
-            print(f"  {mark} {w.name:<18} {w.model:<40} {price:<28} {a.reason}")
+            table.append(("ok" if a.ok else "--", a.worker.name, a.worker.model, price, a.reason))
+        widths = [max(len(r[i]) for r in table) for i in range(4)]
+        for row in table:
+            cells = [cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)]
+            print("  " + "  ".join([*cells, row[4]]).rstrip())
     if not any(a.ok for a in checked):
         err(f"no usable worker: {POOL_HINT}")
         return 2
@@ -86,7 +90,7 @@ def sessions_list(limit: int) -> int:
 
 def sessions_show(session_id: str) -> int:
     from fugu_cli.app import open_store
-    from fugu_cli.ledger import Ledger, scopes
+    from fugu_cli.ledger import Ledger
 
     store = open_store()
     row = store.get_session(session_id)
@@ -94,11 +98,10 @@ def sessions_show(session_id: str) -> int:
         err(f"no session {session_id!r} (or the prefix is ambiguous); list them with: fugu sessions")
         return 2
     print(f"session {row.id} · {row.cwd} · {row.mode} · ${row.cost_usd:.4f}")
-    for scope in scopes(store, row.id) or ["main"]:
-        ledger = Ledger(store, row.id, scope)
+    for ledger in Ledger(store, row.id).all_scopes():
         calls = ledger.tool_calls()
-        if scope != "main":
-            print(f"[{scope}]")
+        if ledger.scope != "main":
+            print(f"[{ledger.scope}]")
         for s in ledger.steps():
             p = s.scores.get(s.worker)
             why = (
@@ -110,7 +113,7 @@ def sessions_show(session_id: str) -> int:
             for c in calls:
                 if (c.turn, c.step, c.agent) == (s.turn, s.step, s.worker):
                     flag = " denied" if c.denied else (" error" if c.is_error else "")
-                    print(f"    {c.agent}: {tool_summary(c.tool, c.arguments, False)}{flag}")
+                    print(f"    {c.agent}: {tool_summary(c.tool, c.arguments)}{flag}")
     return 0
 
 

@@ -59,11 +59,13 @@ def parse(line: str) -> tuple[str, str] | None:
 
 
 def nearest(name: str) -> str | None:
-    match = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.4)
+    """The command a typo most likely meant (`/wroker` → worker, `/tr` → trace); None for a word that
+    resembles none of them (`/nosuch`)."""
+    match = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.6)
     if match:
         return match[0]
-    prefixed = [c for c in COMMANDS if c.startswith(name[:2])]
-    return prefixed[0] if prefixed else None
+    prefixed = [c for c in COMMANDS if len(name) >= 2 and c.startswith(name)]
+    return prefixed[0] if len(prefixed) == 1 else None
 
 
 def dispatch(ctx: Context, line: str) -> bool:
@@ -184,16 +186,13 @@ def _cost(ctx: Context, arg: str) -> None:
 
 def _ledgers(session: Session) -> list[Ledger]:
     """The session's ledgers: "main" (fugu mode) and, in ultra mode, one per workflow step."""
-    from fugu_cli.ledger import Ledger, scopes
-
-    names = scopes(session.deps.store, session.id)
-    return [session.ledger] + [Ledger(session.deps.store, session.id, n) for n in names if n != "main"]
+    return session.ledger.all_scopes()
 
 
 def _trace(ctx: Context, arg: str) -> None:
     from rich.text import Text
 
-    from fugu_cli.ui.render import tool_summary
+    from fugu_cli.ui.phrases import tool_summary
 
     ledgers = [(ledger.scope, ledger.steps(), ledger.tool_calls()) for ledger in _ledgers(ctx.session)]
     if not any(steps for _, steps, _ in ledgers):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import tempfile
 from importlib import resources
 from pathlib import Path
@@ -42,9 +41,10 @@ def write_pool(path: Path, workers: list[dict[str, Any]]) -> None:
 
 
 def main(router: str | None, keep: bool) -> int:
-    from fugu_cli.app import RunOptions, build_session
+    from fugu_cli.app import build_session
     from fugu_cli.llm.scripted import ScriptedLLM
-    from fugu_cli.ui.run import Progress
+    from fugu_cli.options import RunOptions
+    from fugu_cli.ui.render import Renderer, make_console
 
     demo = load_demo()
     tmp = Path(tempfile.mkdtemp(prefix="fugu-demo-"))
@@ -56,7 +56,7 @@ def main(router: str | None, keep: bool) -> int:
     session = build_session(opts, llm=ScriptedLLM(demo["replies"]))
     print(f"fugu demo: a recorded session replayed in {repo} (only the models' words are scripted)")
     print(f"task: {demo['task']}\n")
-    result = session.run_turn(demo["task"], Progress(sys.stdout).on_event)
+    result = session.run_turn(demo["task"], Renderer(make_console(), compact=True).on_event)
     print(f"\n{result.result}\n")
     diff = subprocess.run(["git", "diff"], cwd=repo, capture_output=True, text=True).stdout
     print(diff)

@@ -1,8 +1,9 @@
-"""The REPL's renderer: a session's Events as rich output (route lines, tool lines, diffs, answers, summary).
+"""The renderer: a session's Events as rich output. The REPL's full style shows route lines, tool lines,
+diffs, answers and a summary; one-shot text mode's compact style shows one progress line per step
+(`↳ alpha (p=0.61, 18 ms, prior) · read a.py · $0.0012`) on stderr.
 
-Degrades to plain text for NO_COLOR, narrow or non-tty consoles. Shares its tool phrases and workflow lines
-with one-shot text mode (ui/run.py). Never reads input; the spinner is the only thing that redraws, and
-`pause()` stops it before anyone asks a question.
+Degrades to plain text for NO_COLOR, narrow or non-tty consoles. Never reads input; the spinner is the only
+thing that redraws, and `pause()` stops it before anyone asks a question.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from fugu_cli.events import (
 )
 from fugu_cli.tools import ApprovalRequest
 from fugu_cli.types import Message, RouteDecision, ToolCall, ToolResult, TurnResult, Usage
+from fugu_cli.ui.phrases import route_reasons, tool_summary, workflow_line
 from fugu_cli.ui.prompt import ATTACHMENTS
 
 DIFF_LINES = 40
@@ -51,21 +53,11 @@ def make_console(*, stderr: bool = False, width: int | None = None) -> Console:
     return console
 
 
-def tool_summary(name: str, arguments: str) -> str:
-    """One short phrase for a tool call (`$ pytest -q`, `edit src/a.py`): the one-shot progress's wording."""
-    from fugu_cli.ui.run import tool_summary as phrase
-
-    return phrase(name, arguments, False)
-
-
 def route_text(decision: RouteDecision) -> Text:
     """`↳ alpha (p=0.61, 18 ms, prior)`: who takes the step, how sure the router was, how long it took."""
-    p = decision.scores.get(decision.worker)
-    why = [f"p={p:.2f}"] if p is not None else []
-    why += [f"{decision.latency_ms:.0f} ms", decision.source, *([decision.role] if decision.role else [])]
     text = Text("↳ ", style="dim")
     text.append(decision.worker, style="bold cyan")
-    text.append(f" ({', '.join(why)})", style="dim")
+    text.append(f" ({', '.join(route_reasons(decision))})", style="dim")
     if decision.reason:
         text.append(f" · {decision.reason}", style="dim italic")
     return text
@@ -148,21 +140,64 @@ def worker_costs(rows: Iterable[tuple[str, Usage]]) -> dict[str, tuple[int, Usag
 
 
 class Renderer:
-    """Renders a session's events as they arrive (called from the turn's thread)."""
+    """Renders a session's events as they arrive (called from the turn's thread).
 
-    def __init__(self, console: Console, *, live: bool | None = None) -> None:
+    `compact`: one line per step and nothing that redraws (one-shot runs, `fugu demo`); `prefix` tags the
+    lines of one ultra-mode step's agent ("  [1] ")."""
+
+    def __init__(
+        self, console: Console, *, live: bool | None = None, compact: bool = False, prefix: str = ""
+    ) -> None:
         self.console = console
-        self.live_ok = (console.is_terminal and not console.is_dumb_terminal) if live is None else live
+        self.compact = compact
+        self.prefix = prefix
+        live_ok = (console.is_terminal and not console.is_dumb_terminal) if live is None else live
+        self.live_ok = live_ok and not compact
         self._live: Live | None = None
         self._activity = ""
         self._streamed = ""
         self._running: dict[int, str] = {}
         self._shown: set[str] = set()  # diffs the user already saw in an approval question
+        self._route: RouteDecision | None = None
+        self._tools: list[str] = []
+        self._steps: dict[int, Renderer] = {}
         self._lock = threading.RLock()
 
     def on_event(self, event: Event) -> None:
         with self._lock:
-            self._handle(event)
+            if self.compact:
+                self._compact(event)
+            else:
+                self._handle(event)
+
+    def _compact(self, event: Event) -> None:
+        if isinstance(event, WorkflowAgentEvent):
+            sub = self._steps.get(event.step)
+            if sub is None:
+                prefix = f"{self.prefix}  [{event.step}] "
+                sub = self._steps[event.step] = Renderer(self.console, compact=True, prefix=prefix)
+            sub.on_event(event.inner)
+            return
+        line = workflow_line(event)
+        if line:
+            self._line(line)
+        elif isinstance(event, RouteChosen):
+            self._route, self._tools = event.decision, []
+        elif isinstance(event, ToolFinished):
+            r = event.result
+            self._tools.append(tool_summary(event.call.name, event.call.arguments, r.is_error, r.exit_code))
+        elif isinstance(event, StepFinished) and self._route is not None:
+            d = self._route
+            head = f"↳ {d.worker} ({', '.join(route_reasons(d))})"
+            self._line(" · ".join([head, *self._tools, f"${event.usage.cost_usd:.4f}"]))
+        elif isinstance(event, ProviderFailed):
+            self._line(f"✗ {event.worker} failed: {event.error}")
+        elif isinstance(event, Notice) and event.level in ("warning", "error"):
+            self._line(f"! {event.text}")
+
+    def _line(self, text: str) -> None:
+        for row in text.splitlines():
+            self.console.print(Text(self.prefix + row), soft_wrap=True)
 
     def _handle(self, event: Event) -> None:
         if isinstance(event, SessionStarted):
@@ -171,7 +206,7 @@ class Renderer:
             event, (WorkflowPlanned, WorkflowStepStarted, WorkflowStepFinished, WorkflowAgentEvent)
         ):
             self._workflow(event)
-        elif isinstance(event, RouteChosen) and event.decision is not None:
+        elif isinstance(event, RouteChosen):
             self.pause()
             self.console.print(route_text(event.decision), overflow="ellipsis", no_wrap=True)
         elif isinstance(event, StepStarted):
@@ -180,13 +215,13 @@ class Renderer:
         elif isinstance(event, TextDelta):
             self._streamed += event.text
             self._start(f"{event.worker} is writing…")
-        elif isinstance(event, AssistantMessage) and event.message is not None:
+        elif isinstance(event, AssistantMessage):
             self.pause()
             if event.message.tool_calls:
                 self._message(event.message.content or "", final=False)
-        elif isinstance(event, ToolStarted) and event.call is not None:
+        elif isinstance(event, ToolStarted):
             self._start(f"{event.worker} ▸ {tool_summary(event.call.name, event.call.arguments)}")
-        elif isinstance(event, ToolFinished) and event.call is not None and event.result is not None:
+        elif isinstance(event, ToolFinished):
             self.pause()
             self._tool(event.worker, event.call, event.result)
         elif isinstance(event, StepFinished):
@@ -196,17 +231,17 @@ class Renderer:
             self.console.print(Text(f"✗ {event.worker} failed: {event.error}", style="red"), overflow="fold")
         elif isinstance(event, Notice):
             self._notice(event)
-        elif isinstance(event, TurnFinished) and event.result is not None:
+        elif isinstance(event, TurnFinished):
             self.pause()
             # the answer is the turn's, not a step's: in ultra mode the conductor's plan is a step's reply too
             if event.result.status == "success":
                 self._message(event.result.result, final=True)
+            elif event.result.error:
+                self.console.print(Text(f"! {event.result.error}", style="bold red"), overflow="fold")
             self.console.print(summary_text(event.result), overflow="fold")
 
     def _workflow(self, event: Event) -> None:
         """Ultra mode: the plan, each step's start and end (as one-shot text mode shows them), their tools."""
-        from fugu_cli.ui.run import workflow_line
-
         if isinstance(event, WorkflowAgentEvent):
             self._step_event(event)
             return
@@ -226,7 +261,7 @@ class Renderer:
 
     def _step_event(self, event: WorkflowAgentEvent) -> None:
         inner = event.inner
-        if isinstance(inner, ToolFinished) and inner.call is not None and inner.result is not None:
+        if isinstance(inner, ToolFinished):
             self.pause()
             line = Text(f"  [{event.step}] ", style="dim")
             line.append_text(tool_text(inner.worker, inner.call, inner.result, indent=""))

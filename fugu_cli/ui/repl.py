@@ -12,22 +12,20 @@ import logging
 import threading
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fugu_cli import __version__
 from fugu_cli.errors import FuguError
+from fugu_cli.options import RunOptions
 from fugu_cli.ui import approve, commands
 from fugu_cli.ui.prompt import ReplCompleter, expand_mentions, make_session
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from fugu_cli.app import RunOptions
     from fugu_cli.session import Session
     from fugu_cli.tools import Answer, ApprovalRequest
-    from fugu_cli.types import TurnResult
     from fugu_cli.ui.render import Renderer
 
 log = logging.getLogger("fugu")
@@ -81,10 +79,7 @@ def _preload(session: Session) -> None:
     try:
         import fugu_cli.ui.render  # noqa: F401  (rich: the first turn should not pay for it)
 
-        if type(session.deps.agent.llm).__module__ == "fugu_cli.llm.client":
-            from fugu_cli.llm.client import load_litellm
-
-            load_litellm()
+        session.deps.agent.llm.warm()
     except Exception:  # the first turn will meet the same problem and report it properly
         log.debug("preload failed", exc_info=True)
 
@@ -92,9 +87,8 @@ def _preload(session: Session) -> None:
 class Repl:
     """One interactive run: the prompt, the live session, its renderer and approvals."""
 
-    def __init__(self, launch: Launch) -> None:
-        self.launch = launch
-        self._opts: RunOptions | None = None
+    def __init__(self, opts: RunOptions) -> None:
+        self.opts = opts
         self.approvals = approve.Approvals(before_ask=self._pause)
         self.loader = Loader(lambda: self._build(self.opts), self._interrupt_prompt)
         self.prompt = make_session(self._message, ReplCompleter(self._commands, self._arguments, self._root))
@@ -123,7 +117,7 @@ class Repl:
         return self._session
 
     def switch_session(self, resume: str | None) -> None:
-        worker = self._session.config.forced_worker if self._session else self.launch.worker
+        worker = self._session.config.forced_worker if self._session else self.opts.worker
         opts = dataclasses.replace(self.opts, resume=resume, continue_last=False, worker=worker)
         with self.console.status("loading…"):
             session = self._build(opts)
@@ -141,7 +135,14 @@ class Repl:
     def run(self) -> int:
         print(f"fugu {__version__} · /help for commands · Ctrl-D exits", flush=True)
         try:
-            if self.launch.resuming:
+            self._ask_trust()
+        except FuguError as e:  # an unreadable project config: the same error the session would give
+            print(f"fugu: {e}", flush=True)
+            return e.exit_code
+        except (EOFError, KeyboardInterrupt):
+            return 130
+        try:
+            if self.opts.resuming:
                 self._show_resumed(self.session)
             else:
                 self.prompt.app.after_render += lambda _: self.loader.start()
@@ -152,6 +153,24 @@ class Repl:
             return 130
         self._goodbye()
         return 0
+
+    def _ask_trust(self) -> None:
+        """Once per folder: may this repository's own .fugu/config.toml set workers, permissions, tools?"""
+        from fugu_cli.config import find_repo_root, needs_trust, trust
+
+        wanted = [] if self.opts.trust_project else needs_trust(self.opts.cwd)
+        if not wanted:
+            return
+        root = find_repo_root(self.opts.cwd.resolve()) or self.opts.cwd.resolve()
+        print(f"This folder's .fugu/config.toml asks for: {', '.join(wanted)}.", flush=True)
+        answer = input(
+            f"Trust {root} (its config may then choose workers, endpoints and permissions)? [y/N] "
+        )
+        if answer.strip().lower() in ("y", "yes"):
+            trust(root)
+            print("trusted; fugu remembers it", flush=True)
+        else:
+            print("not trusted: those settings are ignored this time", flush=True)
 
     def _loop(self) -> None:
         ctrl_c = False
@@ -188,55 +207,47 @@ class Repl:
         task, attached = expand_mentions(text, session.config.root)
         if attached:
             self._say(f"attached {', '.join(attached)}", "dim")
+        from fugu_cli.ui.turn import TurnThread
+
         renderer = self.renderer
-        cancel = threading.Event()
         self.approvals.cancelled.clear()
-        box: dict[str, Any] = {}
+        turn = TurnThread(session, task, renderer.on_event)
+        try:
+            result = turn.run(self._waiter(turn.cancel))
+        except FuguError as e:
+            self._say(f"{e}", "red")
+        except Exception as e:  # a bug: the traceback goes to the log, one line to the screen
+            from fugu_cli.logs import log_path
 
-        def work() -> None:
+            log.error("turn failed", exc_info=e)
+            lines = "".join(traceback.format_exception_only(type(e), e)).strip()
+            self._say(f"internal error: {lines} (details in {log_path()})", "red")
+        else:
+            if result.status == "interrupted":
+                self._say("interrupted; the session is intact (the cut step is in /trace)", "dim")
+        finally:
+            renderer.pause()
+            self._turns += 1
+
+    def _waiter(self, cancel: threading.Event) -> Callable[[float], None]:
+        """While the turn runs: serve approval questions; Ctrl-C cancels the step (the session stays)."""
+
+        def wait(seconds: float) -> None:
+            question: approve.Question | None = None
             try:
-                box["result"] = session.run_turn(task, renderer.on_event, cancel)
-            except BaseException as e:
-                box["error"] = e
-
-        thread = threading.Thread(target=work, name="fugu-turn", daemon=True)
-        thread.start()
-        self._wait(thread, cancel)
-        renderer.pause()
-        self._turns += 1
-        self._after_turn(box)
-
-    def _wait(self, thread: threading.Thread, cancel: threading.Event) -> None:
-        """Serve approval questions until the turn ends; Ctrl-C cancels the step (the session stays)."""
-        question: approve.Question | None = None
-        while thread.is_alive():
-            try:
-                question = self.approvals.pending(0.05)
+                question = self.approvals.pending(seconds)
                 if question is not None:
                     question.reply(self._ask(question.request))
-                    question = None
             except KeyboardInterrupt:
                 if question is not None:
                     question.reply("no")
-                    question = None
                 if not cancel.is_set():
                     cancel.set()
                     self.approvals.cancelled.set()
                     self._pause()
                     self._say("⏹ interrupting the step…", "yellow")
-        thread.join()
 
-    def _after_turn(self, box: dict[str, Any]) -> None:
-        error = box.get("error")
-        if isinstance(error, FuguError):
-            self._say(f"{error}", "red")
-        elif error is not None:
-            log.error("turn failed", exc_info=error)
-            lines = traceback.format_exception_only(type(error), error)
-            self._say(f"internal error: {''.join(lines).strip()}", "red")
-        result: TurnResult | None = box.get("result")
-        if result is not None and result.status == "interrupted":
-            self._say("interrupted; the session is intact (the cut step is in /trace)", "dim")
+        return wait
 
     def _ask(self, request: ApprovalRequest) -> Answer:
         from fugu_cli.ui.render import approval_text
@@ -268,13 +279,6 @@ class Repl:
         if self._renderer is not None:
             self._renderer.pause()
 
-    @property
-    def opts(self) -> RunOptions:
-        """The full options; built on first use (in the loader thread), since app.py is slow to import."""
-        if self._opts is None:
-            self._opts = self.launch.options()
-        return self._opts
-
     def _build(self, opts: RunOptions) -> Session:
         from fugu_cli.app import build_session
 
@@ -297,12 +301,14 @@ class Repl:
         if isinstance(error, FuguError):
             print(f"fugu: {error}", flush=True)
             return error.exit_code
+        from fugu_cli.logs import log_path
+
         log.error("could not start the session", exc_info=error)
-        print(f"fugu: could not start the session: {error!r}", flush=True)
+        print(f"fugu: could not start the session: {error!r} (details in {log_path()})", flush=True)
         return 1
 
     def _message(self) -> str:
-        worker = self._session.config.forced_worker if self._session else self.launch.worker
+        worker = self._session.config.forced_worker if self._session else self.opts.worker
         tags = [t for t in (worker, "ultra" if self._session and self._session.ultra else None) if t]
         return f"fugu [{' '.join(tags)}] › " if tags else "fugu › "
 
@@ -321,7 +327,7 @@ class Repl:
         return []
 
     def _root(self) -> Path:
-        return self._session.config.root if self._session else self.launch.cwd
+        return self._session.config.root if self._session else self.opts.cwd
 
     def _show_resumed(self, session: Session) -> None:
         from fugu_cli.ui.render import transcript_text
@@ -347,21 +353,6 @@ class Repl:
             print(f"session {self._session.id} saved · fugu --continue resumes it", flush=True)
 
 
-@dataclass(frozen=True)
-class Launch:
-    """What the REPL needs before the session exists; `options` makes the full RunOptions later, off the
-    startup path (importing app.py costs more than drawing the prompt)."""
-
-    options: Callable[[], RunOptions]
-    cwd: Path
-    worker: str | None = None
-    resuming: bool = False
-
-    @classmethod
-    def of(cls, opts: RunOptions) -> Launch:
-        return cls(lambda: opts, opts.cwd, opts.worker, bool(opts.resume or opts.continue_last))
-
-
-def main(launch: Launch | RunOptions) -> int:
+def main(opts: RunOptions) -> int:
     """Run the REPL until /exit, Ctrl-D or Ctrl-C twice at an empty prompt; return the exit code."""
-    return Repl(launch if isinstance(launch, Launch) else Launch.of(launch)).run()
+    return Repl(opts).run()

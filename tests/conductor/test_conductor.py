@@ -69,6 +69,18 @@ def test_an_invalid_plan_twice_falls_back_to_fugu_mode_visibly(tmp_path: Path) -
     assert result.workers["alpha"].steps == 3  # two planning calls plus the fugu-mode step
 
 
+def test_a_conductor_that_calls_tools_is_told_so_not_to_raise_a_limit(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    plan = reply({"name": "read_file", "arguments": {"path": "calc.py"}})
+    llm = ScriptedLLM({"alpha": [plan, plan, "FUGU-ANSWER: done in fugu mode"]})
+    events: list[Event] = []
+    result = open_session(tmp_path, repo, llm).run_turn("explain calc.py", events.append)
+    assert result.status == "success"
+    (notice,) = [e.text for e in events if isinstance(e, Notice) and e.level == "warning"]
+    assert "the conductor called tools instead of writing a workflow" in notice
+    assert "--max-turns" not in notice
+
+
 def test_a_fact_from_workflow_1_reaches_workflow_2_after_continue(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     plan1 = write_plan(tmp_path / "p1.json", [{"worker": "alpha", "subtask": "Find the port.", "access": []}])

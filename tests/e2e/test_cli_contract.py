@@ -152,6 +152,22 @@ def test_task_from_stdin_and_text_output(tmp_path: Path, loopback: LoopbackServe
     assert sent[0]["role"] == "system" and sent[-1] == {"role": "user", "content": "what is 2+2?"}
 
 
+def test_a_worker_without_a_known_price_is_said_once_and_costs_nothing(
+    tmp_path: Path, loopback: LoopbackServer
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    pool = write_pool(
+        tmp_path / "pool.toml",
+        [{"name": "free", "model": "openai/no-such-priced-model-xyz", "api_base": loopback.base_url}],
+    )
+    loopback.script("no-such-priced-model-xyz", [tool_reply(call("git_status")), "done"])
+    run = fugu("-p", "look", "--pool", str(pool), cwd=repo)
+    assert run.code == 0, run.stderr
+    warned = [line for line in run.stderr.splitlines() if "no price known" in line]
+    assert len(warned) == 1 and warned[0].startswith("! no price known for model openai/no-such-priced")
+    assert "Traceback" not in run.stderr
+
+
 def test_provider_error_on_every_worker_exits_1(tmp_path: Path, loopback: LoopbackServer) -> None:
     repo = make_repo(tmp_path / "repo")
     (Path(os.environ["FUGU_HOME"]) / "config.toml").write_text("[llm]\nmax_retries = 0\n")

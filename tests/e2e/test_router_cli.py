@@ -56,15 +56,14 @@ def test_bad_inputs_exit_2(tmp_path: Path) -> None:
 
 
 def test_train_from_the_stores_outcomes(tmp_path: Path) -> None:
-    from fugu_cli.store import Store
+    from fugu_cli.store import OutcomeRow, Store
 
     store = Store(tmp_path / "fugu.db")
-    insert = "INSERT INTO outcomes (task, worker, reward, cost_usd, source, created_at) VALUES (?,?,?,?,?,?)"
     tasks = ["fix the parser bug", "write the README", "speed up the loop", "document the API"]
     for i, task in enumerate(tasks):
         for worker, reward in (("coder", 1.0 if i % 2 == 0 else 0.0), ("writer", 0.0 if i % 2 == 0 else 1.0)):
-            store.execute(insert, (task, worker, reward, 0.01, "eval:test", 0.0))
-        store.execute(insert, (task, "fugu", 1.0, 0.02, "eval:test", 0.0))
+            store.add_outcome(OutcomeRow(task, worker, reward, 0.01, "eval:test", None))
+        store.add_outcome(OutcomeRow(task, "fugu", 1.0, 0.02, "eval:test", None))
     store.close()
     ckpt = tmp_path / "ckpt"
     run = fugu(

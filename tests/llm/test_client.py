@@ -109,21 +109,19 @@ def test_cost_from_litellm_table(loopback: LoopbackServer) -> None:
     client = LiteLLMClient(FAST)
     done = client.complete(openai_worker(loopback, model="openai/gpt-4o-mini"), TASK, [])
     assert done.usage.cost_usd == pytest.approx(1000 * 0.15e-6 + 1000 * 0.6e-6)
-    assert client.warnings_seen == []
+    assert done.warnings == ()
 
 
 def test_unknown_price_costs_zero_and_warns_once(
     loopback: LoopbackServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     model = f"openai/unpriced-{uuid.uuid4().hex[:8]}"
-    seen: list[str] = []
-    client = LiteLLMClient(FAST, on_warning=seen.append)
+    client = LiteLLMClient(FAST)
     with caplog.at_level(logging.WARNING, logger="fugu"):
-        costs = [
-            client.complete(openai_worker(loopback, model=model), TASK, []).usage.cost_usd for _ in range(3)
-        ]
-    assert costs == [0.0, 0.0, 0.0]
-    assert len(seen) == 1 and model in seen[0] and client.warnings_seen == seen
+        done = [client.complete(openai_worker(loopback, model=model), TASK, []) for _ in range(3)]
+    assert [d.usage.cost_usd for d in done] == [0.0, 0.0, 0.0]
+    seen = [w for d in done for w in d.warnings]
+    assert len(seen) == 1 and model in seen[0] and done[0].warnings == (seen[0],)
     assert [r.getMessage() for r in caplog.records if model in r.getMessage()] == seen
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from fugu_cli.errors import UsageError
 from fugu_cli.router.data import SplitSpec, dev_split, load_dataset, load_store_outcomes, split_matrix
+from fugu_cli.store import OutcomeRow, Store
 
 TINY = Path(__file__).parent / "data" / "tiny"
 
@@ -88,21 +89,17 @@ def test_missing_dataset_toml_is_a_usage_error(tmp_path: Path) -> None:
 
 def test_store_outcomes_become_a_reward_matrix(tmp_path: Path) -> None:
     db = tmp_path / "fugu.db"
-    con = sqlite3.connect(db)
-    con.execute(
-        "CREATE TABLE outcomes (session_id TEXT, turn INT, task TEXT, worker TEXT, reward REAL,"
-        " cost_usd REAL)"
-    )
+    store = Store(db)
     rows = [
-        ("s1", 1, "fix the test", "opus", 1.0, 0.30),
-        ("s2", 1, "fix the test", "opus", 0.0, 0.10),
-        ("s2", 1, "fix the test", "mini", 1.0, 0.01),
-        ("s3", 1, "add a flag", "mini", 0.0, None),
-        ("s3", 1, "add a flag", "opus", 1.0, 0.20),
+        ("s1", "fix the test", "opus", 1.0, 0.30),
+        ("s2", "fix the test", "opus", 0.0, 0.10),
+        ("s2", "fix the test", "mini", 1.0, 0.01),
+        ("s3", "add a flag", "opus", 1.0, 0.20),
+        ("s3", "add a flag", "fugu", 1.0, 0.25),  # a mode arm of fugu eval, not a worker
     ]
-    con.executemany("INSERT INTO outcomes VALUES (?, ?, ?, ?, ?, ?)", rows)
-    con.commit()
-    con.close()
+    for sid, task, worker, reward, cost in rows:
+        store.add_outcome(OutcomeRow(task, worker, reward, cost, "eval:t", sid))
+    store.close()
     m = load_store_outcomes(db)
     assert m.workers == ("mini", "opus")
     assert m.texts is not None
@@ -114,8 +111,12 @@ def test_store_outcomes_become_a_reward_matrix(tmp_path: Path) -> None:
     assert m.complete().n == 1
 
 
-def test_store_without_outcomes_table_is_empty(tmp_path: Path) -> None:
-    db = tmp_path / "fugu.db"
-    sqlite3.connect(db).execute("CREATE TABLE sessions (id TEXT)").connection.commit()
-    m = load_store_outcomes(db)
+def test_a_store_without_outcomes_is_empty_and_a_foreign_file_is_refused(tmp_path: Path) -> None:
+    Store(tmp_path / "fugu.db").close()
+    m = load_store_outcomes(tmp_path / "fugu.db")
     assert m.n == 0 and m.workers == ()
+    foreign = tmp_path / "other.db"
+    sqlite3.connect(foreign).execute("CREATE TABLE sessions (id TEXT)").connection.commit()
+    with pytest.raises(UsageError, match="not a fugu store"):
+        load_store_outcomes(foreign)
+    assert [r[0] for r in sqlite3.connect(foreign).execute("SELECT name FROM sqlite_master")] == ["sessions"]

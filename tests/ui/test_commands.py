@@ -165,6 +165,8 @@ def test_worker_is_sticky_until_auto(ctx: Ctx) -> None:
 def test_unknown_commands_suggest_the_nearest(ctx: Ctx) -> None:
     assert "unknown command /wrker; did you mean /worker?" in ctx.run("/wrker beta")
     assert "did you mean /undo?" in ctx.run("/udno")
+    assert ctx.run("/nosuch").strip() == "unknown command /nosuch (/help lists them)"
+    assert "did you mean /trace?" in ctx.run("/tr")
     assert not commands.dispatch(ctx, "/usr/bin is full, why?")  # a path is a task, not a command
     assert not commands.dispatch(ctx, "fix it")
     assert commands.parse("/Worker\tbeta \n") == ("worker", "beta")

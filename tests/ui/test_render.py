@@ -55,35 +55,39 @@ def turn_events() -> list[object]:
         {"alpha": WorkerUsage(1, 0.01), "beta": WorkerUsage(1, 0.0023)},
     )
     return [
-        RouteChosen("s1", step=1, decision=decision()),
-        StepStarted("s1", step=1, worker="alpha"),
+        RouteChosen(session_id="s1", step=1, decision=decision()),
+        StepStarted(session_id="s1", step=1, worker="alpha"),
         AssistantMessage(
-            "s1", step=1, message=Message("assistant", "Let me fix it.", (edit, shell), worker="alpha")
+            session_id="s1",
+            step=1,
+            message=Message("assistant", "Let me fix it.", (edit, shell), worker="alpha"),
         ),
-        ToolStarted("s1", step=1, worker="alpha", call=edit),
+        ToolStarted(session_id="s1", step=1, worker="alpha", call=edit),
         ToolFinished(
-            "s1",
+            session_id="s1",
             step=1,
             worker="alpha",
             call=edit,
             result=ToolResult("c1", "edit_file", "Edited calc.py (+1 -1).\n" + DIFF),
         ),
         ToolFinished(
-            "s1",
+            session_id="s1",
             step=1,
             worker="alpha",
             call=shell,
             result=ToolResult("c2", "shell", "Traceback...\nboom", exit_code=1, duration_ms=2500),
         ),
-        StepFinished("s1", step=1, worker="alpha", usage=Usage(600, 100, 0, 0.01)),
-        RouteChosen("s1", step=2, decision=decision("beta", 0.7, "override", "forced by the user")),
-        StepStarted("s1", step=2, worker="beta"),
-        TextDelta("s1", worker="beta", text="Fixed"),
-        AssistantMessage(
-            "s1", step=2, message=Message("assistant", "# Done\n\nFixed **add**.", worker="beta")
+        StepFinished(session_id="s1", step=1, worker="alpha", usage=Usage(600, 100, 0, 0.01)),
+        RouteChosen(
+            session_id="s1", step=2, decision=decision("beta", 0.7, "override", "forced by the user")
         ),
-        StepFinished("s1", step=2, worker="beta", usage=Usage(400, 134, 0, 0.0023)),
-        TurnFinished("s1", result=result),
+        StepStarted(session_id="s1", step=2, worker="beta"),
+        TextDelta(session_id="s1", worker="beta", text="Fixed"),
+        AssistantMessage(
+            session_id="s1", step=2, message=Message("assistant", "# Done\n\nFixed **add**.", worker="beta")
+        ),
+        StepFinished(session_id="s1", step=2, worker="beta", usage=Usage(400, 134, 0, 0.0023)),
+        TurnFinished(session_id="s1", result=result),
     ]
 
 
@@ -119,11 +123,11 @@ def test_failures_denials_and_notices_are_visible() -> None:
     )
     text = render(
         [
-            ProviderFailed("s1", step=1, worker="alpha", error="loopback fault 500"),
-            ToolFinished("s1", step=1, worker="beta", call=call, result=denied),
-            Notice("s1", level="error", text="interrupted by the user"),
-            Notice("s1", level="info", text="not shown"),
-            TurnFinished("s1", result=interrupted),
+            ProviderFailed(session_id="s1", step=1, worker="alpha", error="loopback fault 500"),
+            ToolFinished(session_id="s1", step=1, worker="beta", call=call, result=denied),
+            Notice(session_id="s1", level="error", text="interrupted by the user"),
+            Notice(session_id="s1", level="info", text="not shown"),
+            TurnFinished(session_id="s1", result=interrupted),
         ]
     )
     assert "✗ alpha failed: loopback fault 500" in text
@@ -135,12 +139,15 @@ def test_failures_denials_and_notices_are_visible() -> None:
 
 def test_a_role_based_router_names_the_role() -> None:
     d = RouteDecision("alpha", {"alpha": 0.9}, "learned", 3.2, role="verifier")
-    assert render([RouteChosen("s1", step=1, decision=d)]) == "↳ alpha (p=0.90, 3 ms, learned, verifier)\n"
+    assert (
+        render([RouteChosen(session_id="s1", step=1, decision=d)])
+        == "↳ alpha (p=0.90, 3 ms, learned, verifier)\n"
+    )
 
 
 def test_narrow_console_cuts_long_lines_instead_of_breaking_them() -> None:
     long = decision(reason="description match 0.93 with a very long explanation that goes on and on")
-    text = render([RouteChosen("s1", step=1, decision=long)], width=40)
+    text = render([RouteChosen(session_id="s1", step=1, decision=long)], width=40)
     assert text.splitlines() == ["↳ alpha (p=0.61, 18 ms, prior) · descri…"]
 
 
@@ -215,7 +222,7 @@ def test_resumed_transcript_shows_the_last_exchanges() -> None:
 def test_a_diff_the_user_approved_is_not_printed_again() -> None:
     edit = ToolCall("c1", "edit_file", '{"path": "calc.py"}')
     done = ToolFinished(
-        "s1",
+        session_id="s1",
         step=1,
         worker="alpha",
         call=edit,

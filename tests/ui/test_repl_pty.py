@@ -74,6 +74,9 @@ class Term:
         self.log = repo.parent / "pty.log"
         self.text = ""
         self.pos = 0
+        # a dumb terminal's prompt is printed before the tty is switched to raw mode: keys sent in between
+        # are echoed by the tty and lost, so wait a moment as a person would
+        self.settle_s = 0.5 if term == "dumb" else 0.0
 
     def expect(self, pattern: str, timeout: float = 15) -> re.Match[str]:
         deadline = time.monotonic() + timeout
@@ -106,6 +109,7 @@ class Term:
 
     def turn(self, text: str) -> None:
         self.expect(PROMPT)
+        time.sleep(self.settle_s)
         self.send(text + "\r")
 
     def finished(self) -> None:

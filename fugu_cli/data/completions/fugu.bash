@@ -5,6 +5,8 @@ _fugu() {
     for ((i = 1; i < COMP_CWORD; i++)); do
         case "$sub|${COMP_WORDS[i]}" in
             "|pool") sub="pool" ;;
+            "|doctor") sub="doctor" ;;
+            "|completion") sub="completion" ;;
             "|demo") sub="demo" ;;
             "|eval") sub="eval" ;;
             "|serve") sub="serve" ;;
@@ -22,12 +24,13 @@ _fugu() {
         "|--max-budget-usd") return ;;
         "|--worker") return ;;
         "|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        "|--permission-mode") COMPREPLY=($(compgen -W "ask auto-edit full-auto read-only" -- "$cur")); return ;;
+        "|--permission-mode") COMPREPLY=($(compgen -W "ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan" -- "$cur")); return ;;
         "|--resume"|"|-r") return ;;
         "|--router") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "|--cost-weight") return ;;
         "|--plan") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "pool|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "doctor|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "demo|--router") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "eval|--worker") return ;;
         "eval|--mode") return ;;
@@ -40,7 +43,7 @@ _fugu() {
         "serve|--host") return ;;
         "serve|--port") return ;;
         "serve|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        "serve|--permission-mode") COMPREPLY=($(compgen -W "ask auto-edit full-auto read-only" -- "$cur")); return ;;
+        "serve|--permission-mode") COMPREPLY=($(compgen -W "ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan" -- "$cur")); return ;;
         "serve|--api-key") return ;;
         "sessions|--limit"|"sessions|-n") return ;;
         "router train|--data") COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -62,8 +65,10 @@ _fugu() {
     esac
     local opts="" subs=""
     case "$sub" in
-        "") opts="-p --print --output-format --max-turns --max-budget-usd --worker --pool --permission-mode --yes -y --continue -c --resume -r --router --cost-weight --ultra --plan --verbose --version --help" subs="pool demo eval serve sessions router" ;;
+        "") opts="-p --print --output-format --max-turns --max-budget-usd --worker --pool --permission-mode --yes -y --continue -c --resume -r --router --cost-weight --ultra --plan --verbose --trust-project --debug --version --help" subs="pool doctor completion demo eval serve sessions router" ;;
         "pool") opts="--pool --json --help" subs="" ;;
+        "doctor") opts="--pool --help" subs="" ;;
+        "completion") opts="--help" subs="" ;;
         "demo") opts="--router --keep --help" subs="" ;;
         "eval") opts="--worker --mode --repeats --parallel --pool --router --max-turns --max-budget-usd --json --keep --help" subs="" ;;
         "serve") opts="--host --port --pool --permission-mode --api-key --help" subs="" ;;

@@ -7,6 +7,8 @@ _fugu() {
     for ((i = 2; i < CURRENT; i++)); do
         case "$sub|${words[i]}" in
             '|pool') sub='pool' ;;
+            '|doctor') sub='doctor' ;;
+            '|completion') sub='completion' ;;
             '|demo') sub='demo' ;;
             '|eval') sub='eval' ;;
             '|serve') sub='serve' ;;
@@ -24,12 +26,13 @@ _fugu() {
         '|--max-budget-usd') return ;;
         '|--worker') return ;;
         '|--pool') _files; return ;;
-        '|--permission-mode') compadd -- ask auto-edit full-auto read-only; return ;;
+        '|--permission-mode') compadd -- ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan; return ;;
         '|--resume'|'|-r') return ;;
         '|--router') _files; return ;;
         '|--cost-weight') return ;;
         '|--plan') _files; return ;;
         'pool|--pool') _files; return ;;
+        'doctor|--pool') _files; return ;;
         'demo|--router') _files; return ;;
         'eval|--worker') return ;;
         'eval|--mode') return ;;
@@ -42,7 +45,7 @@ _fugu() {
         'serve|--host') return ;;
         'serve|--port') return ;;
         'serve|--pool') _files; return ;;
-        'serve|--permission-mode') compadd -- ask auto-edit full-auto read-only; return ;;
+        'serve|--permission-mode') compadd -- ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan; return ;;
         'serve|--api-key') return ;;
         'sessions|--limit'|'sessions|-n') return ;;
         'router train|--data') _files; return ;;
@@ -65,9 +68,13 @@ _fugu() {
     local -a items
     case "$sub" in
         '')
-            if [[ "$cur" == -* ]]; then items=('-p:Run the task non-interactively and exit.' '--print:Run the task non-interactively and exit.' '--output-format:text, json (one object) or stream-json (a line per event).' '--max-turns:Most steps per task.' '--max-budget-usd:Stop when the task has cost this much.' '--worker:Force this worker for every step.' '--pool:A TOML file of [[workers]].' '--permission-mode:ask, auto-edit, full-auto or read-only.' '--yes:Allow edits and commands (same as full-auto).' '-y:Allow edits and commands (same as full-auto).' '--continue:Continue the last session here.' '-c:Continue the last session here.' '--resume:Resume the session with this id.' '-r:Resume the session with this id.' '--router:A router checkpoint directory, '\''default'\'' or '\''prior'\''.' '--cost-weight:λ: how much the router trades quality for cost.' '--ultra:Let a conductor plan a multi-worker workflow.' '--plan:Run this workflow file (ultra mode).' '--verbose:Show route decisions and tool calls on stderr.' '--version:Print the version and exit.' '--help:Show this message and exit.'); else items=('pool:List the workers: usable or not (and why), model, price.' 'demo:Replay a recorded multi-worker session offline: see fugu work without a key.' 'eval:Run a task suite per worker and per mode, score each run by the task'\''s check, and store the rewards that router training learns from. Without --worker/--mode: every usable worker and fugu.' 'serve:Serve an OpenAI-compatible endpoint: models fugu, fugu-ultra and fugu/<worker>.' 'sessions:List and inspect past sessions.' 'router:Inspect, train and judge routers.'); fi ;;
+            if [[ "$cur" == -* ]]; then items=('-p:Run the task non-interactively and exit.' '--print:Run the task non-interactively and exit.' '--output-format:text, json (one object) or stream-json (a line per event).' '--max-turns:Most steps per task.' '--max-budget-usd:Stop when the task has cost this much.' '--worker:Force this worker for every step.' '--pool:A TOML file of [[workers]].' '--permission-mode:ask, auto-edit, full-auto or read-only (or Claude Code'\''s names for them).' '--yes:Allow edits and commands (same as full-auto).' '-y:Allow edits and commands (same as full-auto).' '--continue:Continue the last session here.' '-c:Continue the last session here.' '--resume:Resume the session with this id.' '-r:Resume the session with this id.' '--router:A router checkpoint directory, '\''default'\'' or '\''prior'\''.' '--cost-weight:λ: how much the router trades quality for cost.' '--ultra:Let a conductor plan a multi-worker workflow.' '--plan:Run this workflow file (ultra mode).' '--verbose:Show route decisions and tool calls on stderr.' '--trust-project:Obey this repository'\''s .fugu/config.toml in full (workers, permissions).' '--debug:Also print fugu'\''s log (kept in FUGU_HOME/logs) on stderr.' '--version:Print the version and exit.' '--help:Show this message and exit.'); else items=('pool:List the workers: usable or not (and why), model, price.' 'doctor:Check this machine and folder: versions, keys, usable workers, the router a session would use.' 'completion:Print the shell completion script (where to put it: README.md, Shell completions).' 'demo:Replay a recorded multi-worker session offline: see fugu work without a key.' 'eval:Run a task suite per worker and per mode, score each run by the task'\''s check, and store the rewards that router training learns from. Without --worker/--mode: every usable worker and fugu.' 'serve:Serve an OpenAI-compatible endpoint: models fugu, fugu-ultra and fugu/<worker>.' 'sessions:List and inspect past sessions.' 'router:Inspect, train and judge routers.'); fi ;;
         'pool')
             if [[ "$cur" == -* ]]; then items=('--pool:A TOML file of [[workers]].' '--json:Print JSON.' '--help:Show this message and exit.'); else items=(); fi ;;
+        'doctor')
+            if [[ "$cur" == -* ]]; then items=('--pool:A TOML file of [[workers]].' '--help:Show this message and exit.'); else items=(); fi ;;
+        'completion')
+            if [[ "$cur" == -* ]]; then items=('--help:Show this message and exit.'); else items=(); fi ;;
         'demo')
             if [[ "$cur" == -* ]]; then items=('--router:A router checkpoint, or '\''prior'\''.' '--keep:Keep the demo repository.' '--help:Show this message and exit.'); else items=(); fi ;;
         'eval')

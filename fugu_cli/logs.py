@@ -1,0 +1,46 @@
+"""fugu's log: a rotating file under FUGU_HOME that keeps the tracebacks and details the screen leaves out.
+
+Modules log to the "fugu" logger; `setup` (called once by an entry point) gives it a handler, so nothing a
+module logs is ever printed on the terminal by the last-resort handler. `--debug` copies it to stderr.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import sys
+from pathlib import Path
+
+from fugu_cli.config import fugu_home
+
+_FORMAT = "%(asctime)s %(levelname)s [%(threadName)s] %(name)s: %(message)s"
+
+
+def log_path() -> Path:
+    return fugu_home() / "logs" / "fugu.log"
+
+
+def setup(*, debug: bool = False) -> None:
+    """Send the "fugu" logger to the log file (and with `debug`, to stderr too). Safe to call again."""
+    logger = logging.getLogger("fugu")
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    for old in list(logger.handlers):
+        logger.removeHandler(old)
+        old.close()
+    try:
+        path = log_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler: logging.Handler = logging.handlers.RotatingFileHandler(
+            path, maxBytes=2_000_000, backupCount=3, encoding="utf-8", delay=True
+        )
+        handler.setLevel(logging.DEBUG if debug else logging.INFO)
+    except OSError:  # an unusable FUGU_HOME is reported where the store opens; logging just goes nowhere
+        handler = logging.NullHandler()
+    handler.setFormatter(logging.Formatter(_FORMAT))
+    logger.addHandler(handler)
+    if debug:
+        screen = logging.StreamHandler(sys.stderr)
+        screen.setLevel(logging.DEBUG)
+        screen.setFormatter(logging.Formatter("fugu %(levelname)s: %(message)s"))
+        logger.addHandler(screen)

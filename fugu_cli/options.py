@@ -1,0 +1,69 @@
+"""What a user asks for when starting a session: the one shape of run options, shared by the CLI, the REPL,
+`fugu serve` and `fugu eval`, and the config overrides it implies.
+
+Cheap to import (the REPL builds these before anything heavy loads); knows no config files and no pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fugu_cli.errors import UsageError
+from fugu_cli.types import PERMISSION_MODES, PermissionMode
+
+# Claude Code's names for the same modes, so programs written for it can drive fugu unchanged.
+CLAUDE_PERMISSION_MODES: dict[str, PermissionMode] = {
+    "default": "ask",
+    "acceptEdits": "auto-edit",
+    "bypassPermissions": "full-auto",
+    "plan": "read-only",
+}
+PERMISSION_MODE_NAMES: tuple[str, ...] = (*PERMISSION_MODES, *CLAUDE_PERMISSION_MODES)
+
+
+def permission_mode(name: str) -> PermissionMode:
+    """fugu's mode for `name` (fugu's own names, or Claude Code's); a clear usage error otherwise."""
+    if name in PERMISSION_MODES:
+        return name  # type: ignore[return-value]
+    if name in CLAUDE_PERMISSION_MODES:
+        return CLAUDE_PERMISSION_MODES[name]
+    raise UsageError(f"--permission-mode {name}: choose one of {', '.join(PERMISSION_MODE_NAMES)}")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What the user asked for (None: not given, the configuration decides)."""
+
+    cwd: Path = field(default_factory=Path.cwd)
+    pool: str | None = None
+    worker: str | None = None
+    router: str | None = None
+    cost_weight: float | None = None
+    permission_mode: PermissionMode | None = None
+    max_turns: int | None = None
+    max_budget_usd: float | None = None
+    resume: str | None = None
+    continue_last: bool = False
+    stream: bool = False  # show the worker's text as it arrives (a terminal in text mode)
+    ultra: bool | None = None
+    plan: Path | None = None  # --plan FILE: the workflow ultra mode runs instead of asking the conductor
+    trust_project: bool = False  # obey the repository's own .fugu/config.toml in full for this run
+
+    def overrides(self) -> dict[str, Any]:
+        """The configuration layer these options make (the top one: flags beat every file)."""
+        return {
+            "pool": self.pool,
+            "worker": self.worker,
+            "router": self.router,
+            "cost_weight": self.cost_weight,
+            "permission_mode": self.permission_mode,
+            "max_turns": self.max_turns,
+            "max_budget_usd": self.max_budget_usd,
+            "ultra": self.ultra,
+        }
+
+    @property
+    def resuming(self) -> bool:
+        return bool(self.resume or self.continue_last)

@@ -1,0 +1,103 @@
+"""The exact words a newcomer meets when something is off: each says what happened and what to do, once."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from tests.helpers import fugu, make_repo, write_pool
+from tests.loopback import LoopbackServer
+
+
+def test_no_usable_worker_names_every_way_to_get_one(tmp_path: Path) -> None:
+    run = fugu("-p", "hi", cwd=tmp_path, env={"OLLAMA_HOST": "http://127.0.0.1:9"})
+    assert run.code == 2
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith("fugu: no worker is configured: set ANTHROPIC_API_KEY, OPENAI_API_KEY")
+    assert "start a local Ollama server (found at OLLAMA_HOST, default http://127.0.0.1:11434)" in line
+
+
+def test_every_worker_failing_is_said_once_with_each_providers_reason_first(
+    tmp_path: Path, loopback: LoopbackServer
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    (Path(os.environ["FUGU_HOME"]) / "config.toml").write_text("[llm]\nmax_retries = 0\n")
+    loopback.script("one", [{"fault": 503}])
+    loopback.script("two", [{"fault": 500}])
+    pool = write_pool(
+        tmp_path / "pool.toml",
+        [
+            {"name": "one", "model": "openai/one", "api_base": loopback.base_url, "priority": 2},
+            {"name": "two", "model": "openai/two", "api_base": loopback.base_url, "priority": 1},
+        ],
+    )
+    run = fugu("-p", "x", "--pool", str(pool), cwd=repo)
+    assert run.code == 1
+    failed = [line for line in run.stderr.splitlines() if "every worker failed" in line]
+    assert len(failed) == 1
+    assert "worker one (openai/one): server error 503: loopback fault 503" in failed[0]
+    assert "Exception" not in run.stderr and "litellm." not in run.stderr
+
+
+def test_a_config_typo_gets_a_did_you_mean(tmp_path: Path) -> None:
+    (Path(os.environ["FUGU_HOME"]) / "config.toml").write_text("[llm]\ntimout_s = 5\n")
+    run = fugu("-p", "hi", cwd=tmp_path)
+    assert run.code == 2
+    assert run.stderr.strip().endswith(
+        "unknown setting 'llm.timout_s'; did you mean 'timeout_s'? (see README.md, Configuration)"
+    )
+
+
+def test_a_pool_folder_and_a_worker_typo_say_what_to_fix(tmp_path: Path) -> None:
+    run = fugu("pool", "--pool", str(tmp_path), cwd=tmp_path)
+    assert run.code == 2
+    assert f"--pool {tmp_path} is a folder: give the pool's TOML file" in run.stderr
+    bad = tmp_path / "pool.toml"
+    bad.write_text('[[workers]]\nname = "a"\nmodle = "openai/a"\n')
+    run = fugu("pool", "--pool", str(bad), cwd=tmp_path)
+    assert run.code == 2 and "unknown setting 'modle'; did you mean 'model'?" in run.stderr
+
+
+def test_pool_columns_line_up_for_long_names(tmp_path: Path, loopback: LoopbackServer) -> None:
+    pool = write_pool(
+        tmp_path / "pool.toml",
+        [
+            {
+                "name": "a-very-long-worker-name-indeed",
+                "model": "openai/x",
+                "api_base": loopback.base_url,
+                "price_in": 1.0,
+                "price_out": 2.0,
+            },
+            {
+                "name": "b",
+                "model": "openai/a-much-longer-model-identifier-here",
+                "api_base": loopback.base_url,
+                "price_in": 1.0,
+                "price_out": 2.0,
+            },
+        ],
+    )
+    run = fugu("pool", "--pool", str(pool), cwd=tmp_path)
+    assert run.code == 0, run.stderr
+    rows = run.stdout.splitlines()[1:]
+    assert len(rows) == 2
+    assert rows[0].index("openai/x") == rows[1].index("openai/a-much")
+    assert rows[0].index("$1/$2") == rows[1].index("$1/$2")
+
+
+def test_resume_takes_a_unique_prefix(tmp_path: Path, loopback: LoopbackServer) -> None:
+    repo = make_repo(tmp_path / "repo")
+    pool = write_pool(
+        tmp_path / "pool.toml", [{"name": "solo", "model": "openai/solo", "api_base": loopback.base_url}]
+    )
+    loopback.script("solo", ["one", "two"])
+    first = json.loads(fugu("-p", "a", "--pool", str(pool), "--output-format", "json", cwd=repo).stdout)
+    sid = first["session_id"]
+    again = fugu("-p", "b", "--resume", sid[:-3], "--pool", str(pool), "--output-format", "json", cwd=repo)
+    assert again.code == 0, again.stderr
+    assert json.loads(again.stdout)["session_id"] == sid
+    missing = fugu("-p", "b", "--resume", "nope", "--pool", str(pool), cwd=repo)
+    assert missing.code == 2
+    assert "cannot resume: no session nope (list them with: fugu sessions)" in missing.stderr

@@ -1,0 +1,32 @@
+"""fugu's log: tracebacks go to FUGU_HOME/logs, never to the terminal unless --debug asks for them."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from fugu_cli import logs
+
+
+def test_errors_go_to_the_log_file_not_the_screen(capsys: pytest.CaptureFixture[str]) -> None:
+    logs.setup()
+    try:
+        raise RuntimeError("boom in a turn")
+    except RuntimeError as e:
+        logging.getLogger("fugu").error("turn failed", exc_info=e)
+    for h in logging.getLogger("fugu").handlers:
+        h.flush()
+    assert capsys.readouterr().err == ""
+    text = logs.log_path().read_text()
+    assert "turn failed" in text and "RuntimeError: boom in a turn" in text and "Traceback" in text
+    assert logs.log_path().parent == Path(os.environ["FUGU_HOME"]) / "logs"
+
+
+def test_debug_copies_the_log_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    logs.setup(debug=True)
+    logging.getLogger("fugu.router").debug("picked alpha")
+    assert "fugu DEBUG: picked alpha" in capsys.readouterr().err
+    logs.setup()
