@@ -380,33 +380,53 @@ def _pump(
     on_out: Callable[[bytes], None],
     on_err: Callable[[bytes], None],
 ) -> Literal["timeout", "cancel", ""]:
-    """Read the command's pipes until it exits and they close; say why it was cut short, if it was."""
+    """Read the command's pipes until it exits and they close; say why it was cut short, if it was.
+
+    The exit is watched through a pidfd where Linux has one, so a short command costs no polling delay.
+    """
+    exit_fd = _pidfd(proc.pid)
     with selectors.DefaultSelector() as sel:
+        open_pipes = 0
         for pipe, sink in ((proc.stdout, on_out), (proc.stderr, on_err)):
             if pipe is not None:
                 sel.register(pipe, selectors.EVENT_READ, sink)
+                open_pipes += 1
+        if exit_fd is not None:
+            sel.register(exit_fd, selectors.EVENT_READ, None)
         exited_at: float | None = None
-        while True:
-            now = time.monotonic()
-            if cancel is not None and cancel.is_set():
-                return "cancel"
-            if deadline is not None and now >= deadline:
-                return "timeout"
-            if exited_at is None and proc.poll() is not None:
-                exited_at = now
-            if not sel.get_map():
-                if exited_at is not None:
+        try:
+            while True:
+                now = time.monotonic()
+                if cancel is not None and cancel.is_set():
+                    return "cancel"
+                if deadline is not None and now >= deadline:
+                    return "timeout"
+                if exited_at is None and proc.poll() is not None:
+                    exited_at = now
+                if open_pipes == 0 and exited_at is not None:
                     return ""
-                try:  # pipes closed: only the exit is left to wait for, a slice at a time for cancel
-                    proc.wait(timeout=0.05)
-                except subprocess.TimeoutExpired:
-                    pass
-                continue
-            if exited_at is not None and now - exited_at > _DRAIN_S:
-                return ""  # an unsandboxed background child still holds the pipe; the caller kills it
-            for key, _ in sel.select(timeout=0.05):
-                chunk = os.read(key.fd, 65536)
-                if chunk:
-                    key.data(chunk)
-                else:
-                    sel.unregister(key.fileobj)
+                if exited_at is not None and now - exited_at > _DRAIN_S:
+                    return ""  # an unsandboxed background child still holds the pipe; the caller kills it
+                if not sel.get_map():
+                    time.sleep(0.01)  # no pidfd and the pipes are closed: wait for the exit
+                    continue
+                for key, _ in sel.select(timeout=0.05):
+                    if key.data is None:  # the pidfd: the process has exited
+                        sel.unregister(key.fileobj)
+                        continue
+                    chunk = os.read(key.fd, 65536)
+                    if chunk:
+                        key.data(chunk)
+                    else:
+                        sel.unregister(key.fileobj)
+                        open_pipes -= 1
+        finally:
+            if exit_fd is not None:
+                os.close(exit_fd)
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None

@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fugu_cli.tools import ToolContext
-from fugu_cli.tools.base import diff_counts, unified_diff
 from fugu_cli.tools.files import _edit_diff
 from fugu_cli.types import ToolResult
 
@@ -236,7 +235,7 @@ def test_read_file_offset_and_limit(repo: Path, call: Call) -> None:
     st.text(alphabet="xy\n", max_size=12),
     st.booleans(),
 )
-def test_the_edit_diff_is_the_whole_file_diff(
+def test_the_edit_diff_is_a_true_patch(
     lines: list[str], at: int, length: int, replacement: str, final_newline: bool
 ) -> None:
     old = "\n".join(lines) + ("\n" if final_newline else "")
@@ -246,8 +245,9 @@ def test_the_edit_diff_is_the_whole_file_diff(
         return
     new = old.replace(old_text, replacement, 1)
     diff = _edit_diff("f", old, new, old.index(old_text), old_text)
-    assert apply(diff, old) == new
-    assert diff_counts(diff) == diff_counts(unified_diff("f", old, new))
+    assert (
+        apply(diff, old) == new
+    )  # a true patch, line numbers included (difflib may align repeats otherwise)
 
 
 def apply(diff: str, old: str) -> str:
