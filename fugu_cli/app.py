@@ -224,6 +224,7 @@ def assemble(
         ultra=config.ultra,
         stream=opts.stream,
         notices=_notices(config),
+        keep_checkpoint_sessions=config.tools.keep_checkpoint_sessions,
     )
     ultra = build_conductor(config, opts, agent, store, resolved.pool, root)
     deps = SessionDeps(

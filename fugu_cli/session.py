@@ -36,6 +36,7 @@ class SessionConfig:
     ultra: bool = False  # turns go to `SessionDeps.ultra` (the conductor); `/ultra on|off` flips it
     stream: bool = False  # stream the workers' text (a terminal); a turn may say otherwise
     notices: tuple[str, ...] = ()  # said once, at the first turn (e.g. what an untrusted config could not do)
+    keep_checkpoint_sessions: int = 20  # /undo checkpoint refs of older sessions are pruned
 
 
 class UltraMode(Protocol):
@@ -74,6 +75,7 @@ class Session:
         self.turn = self._last_turn()
         self.checkpoints: dict[int, str] = deps.store.checkpoints(self.id)
         self._lock = threading.Lock()
+        self._pruned = False
         if not self.messages and config.system_prompt:
             self._append(Message(role="system", content=config.system_prompt))
 
@@ -210,6 +212,10 @@ class Session:
 
             try:
                 self.checkpoints[turn] = git.checkpoint(self.config.root, f"{self.id}-t{turn}")
+                if not self._pruned:  # once per session is enough
+                    self._pruned = True
+                    keep = self.config.keep_checkpoint_sessions
+                    git.prune_checkpoints(self.config.root, keep, keep=frozenset({self.id}))
             except Exception as e:  # not a git repo, or git missing: edits go on, /undo can't help
                 emit(Notice(session_id=self.id, level="warning", text=f"no checkpoint for /undo: {e}"))
                 self.checkpoints[turn] = ""

@@ -87,6 +87,9 @@ class Conductor:
             WorkflowPlanned(session_id=self.sid, workflow=wf, steps=tuple(workflow.to_json()), source=source)
         )
         base = self._base(wf, io.emit)
+        worktrees = self.config.home / "worktrees"
+        if base is not None:
+            _clean_up_after_killed_runs(self.config.root, worktrees, self.sid, io.emit)
         runner = Runner(
             RunnerDeps(agent=self.deps.agent, store=store, pool=self.deps.pool, planner=planner, io=io),
             RunnerConfig(
@@ -97,7 +100,10 @@ class Conductor:
             ),
         )
         frame = Frame(workflow=wf, turn=turn, request=text, base=base, memory=notes, scope=f"wf{wf}")
-        outcomes = runner.run(workflow, frame)
+        from fugu_cli.tools import git
+
+        with git.hold_worktrees(runner.config.worktrees):  # a later run knows these are live, not left over
+            outcomes = runner.run(workflow, frame)
         _remove_empty_dirs(runner.config.worktrees)
         landing = self._land(wf, outcomes, base, io.emit, before_apply)
         applied = (
@@ -226,6 +232,20 @@ class Conductor:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(patch, encoding="utf-8")
         return path
+
+
+def _clean_up_after_killed_runs(root: Path, worktrees: Path, sid: str, emit: Emit) -> None:
+    """Worktrees a killed run left behind (their folder is no longer held) are removed before a new one."""
+    from fugu_cli.tools import git
+
+    try:
+        removed = git.remove_stale_worktrees(root, worktrees)
+    except Exception as e:  # cleaning up must never stop the workflow
+        emit(Notice(session_id=sid, level="warning", text=f"could not remove stale worktrees: {e}"))
+        return
+    if removed:
+        text = f"removed {len(removed)} worktree(s) a killed run left"
+        emit(Notice(session_id=sid, level="info", text=text))
 
 
 def _remove_empty_dirs(top: Path) -> None:

@@ -16,6 +16,15 @@ if TYPE_CHECKING:
 from fugu_cli.types import PermissionMode
 
 ToolKind = Literal["read", "edit", "exec"]
+PROTECTED_PREFIX = "protected:"
+# repository files that configure what fugu (or Claude Code) runs: editing them always asks
+PROTECTED_FILES = (".fugu/", ".mcp.json", ".claude/", ".git/")
+
+
+def protected(rel: str) -> bool:
+    return any(rel == p.rstrip("/") or rel.startswith(p) for p in PROTECTED_FILES)
+
+
 Answer = Literal["yes", "no", "always"]
 
 
@@ -57,6 +66,12 @@ class PermissionPolicy:
     def check(self, kind: ToolKind, prefix: str, opaque: bool = False) -> Literal["allow", "deny", "ask"]:
         if kind == "read":
             return "allow"
+        if prefix.startswith(PROTECTED_PREFIX):
+            # fugu's own config, MCP servers, hooks: whoever can edit these decides what runs next time,
+            # so the user is asked whatever the mode (and refused without a terminal); "always" holds
+            if self.mode == "read-only" or any(_matches(r, prefix) for r in self.deny):
+                return "deny"
+            return "allow" if prefix in self.allow else "ask"
         if opaque:
             return self._check_opaque(prefix)
         if any(_matches(rule, prefix) for rule in self.deny):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fugu_cli.errors import PathOutsideRepoError
+from fugu_cli.tools import PROTECTED_PREFIX, protected
 from fugu_cli.tools.base import Invocation, ToolFailed, diff_counts, unified_diff
 from fugu_cli.tools.output import default_output_dir, is_output_file
 from fugu_cli.tools.textio import Decoded, atomic_write, check_writable, decode, read_bytes, shown
@@ -112,7 +113,7 @@ def write_file(inv: Invocation, path: str, content: str) -> str:
         summary = f"create {rel} ({len(content.splitlines())} lines)"
     else:
         summary = f"write {rel} (+{added} -{removed}{_note(old)})"
-    inv.gate(["edit"], summary, diff)
+    inv.gate(_edit_parts(rel), summary, diff)
     inv.before_write()
     target.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(target, data)
@@ -158,7 +159,7 @@ def edit_file(inv: Invocation, path: str, old_text: str, new_text: str) -> str:
     data = decoded.encode(new, rel)
     diff = _edit_diff(rel, old, new, old.index(old_text), old_text)
     added, removed = diff_counts(diff)
-    inv.gate(["edit"], f"edit {rel} (+{added} -{removed}{_note(decoded)})", diff)
+    inv.gate(_edit_parts(rel), f"edit {rel} (+{added} -{removed}{_note(decoded)})", diff)
     inv.before_write()
     atomic_write(target, data)
     inv.touched(rel)
@@ -174,6 +175,11 @@ def _edit_diff(rel: str, old: str, new: str, at: int, old_text: str) -> str:
     hi_new = hi + len(new_lines) - len(old_lines)
     window_old, window_new = "".join(old_lines[lo:hi]), "".join(new_lines[lo:hi_new])
     return unified_diff(rel, shown(window_old), shown(window_new), first_line=lo + 1)
+
+
+def _edit_parts(rel: str) -> list[str]:
+    """What an edit of `rel` needs allowed: "edit", and the file itself when it configures what runs."""
+    return ["edit", f"{PROTECTED_PREFIX}{rel}"] if protected(rel) else ["edit"]
 
 
 def _note(decoded: Decoded) -> str:

@@ -297,9 +297,13 @@ def hold_worktrees(folder: Path) -> Iterator[Path]:
     import fcntl
 
     folder.mkdir(parents=True, exist_ok=True)
-    with (folder / WORKTREE_LOCK).open("a") as lock:
+    path = folder / WORKTREE_LOCK
+    with path.open("a") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        yield folder
+        try:
+            yield folder
+        finally:
+            path.unlink(missing_ok=True)  # a run that ends normally leaves nothing behind
 
 
 def _in_use(folder: Path) -> bool:

@@ -3,6 +3,7 @@ workers or endpoints, raise permissions or pick a router, and fugu says what it 
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -81,3 +82,29 @@ def test_a_repo_config_may_make_fugu_more_careful(tmp_path: Path, loopback: Loop
     assert run.code == 53  # its max_turns held
     assert not (repo / "x.txt").exists()  # and read-only held
     assert "not trusted" not in run.stderr  # nothing was ignored, so nothing to say
+
+
+def test_a_model_cannot_rewrite_what_fugu_runs_next_time_without_asking(
+    tmp_path: Path, loopback: LoopbackServer
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    trust(repo)  # even in a trusted folder, in full-auto
+    pool = write_pool(
+        tmp_path / "pool.toml", [{"name": "mine", "model": "openai/mine", "api_base": loopback.base_url}]
+    )
+    loopback.script(
+        "mine",
+        [
+            tool_reply(
+                call("write_file", path=".fugu/config.toml", content='permission_mode = "full-auto"\n'),
+                call("write_file", path=".mcp.json", content='{"mcpServers": {}}'),
+                call("write_file", path="notes.txt", content="fine"),
+            ),
+            "done",
+        ],
+    )
+    run = fugu("-p", "tidy up", "--pool", str(pool), "--yes", "--output-format", "json", cwd=repo)
+    assert run.code == 0, run.stderr
+    assert not (repo / ".fugu" / "config.toml").exists() and not (repo / ".mcp.json").exists()
+    assert (repo / "notes.txt").read_text() == "fine"
+    assert len(json.loads(run.stdout)["permission_denials"]) == 2

@@ -1,0 +1,28 @@
+"""What runs leave behind is cleaned up: old sessions' /undo checkpoint refs are pruned."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from fugu_cli.app import RunOptions, build_session
+from fugu_cli.llm.scripted import ScriptedLLM
+from tests.helpers import call, git, make_repo, tool_reply, write_pool
+
+
+def test_checkpoint_refs_of_older_sessions_are_pruned(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    (Path(os.environ["FUGU_HOME"]) / "config.toml").write_text("[tools]\nkeep_checkpoint_sessions = 2\n")
+    pool = write_pool(tmp_path / "pool.toml", [{"name": "a", "model": "openai/a"}])
+    sessions = []
+    for n in range(3):
+        llm = ScriptedLLM([tool_reply(call("write_file", path=f"f{n}.txt", content="x")), "done"])
+        session = build_session(RunOptions(cwd=repo, pool=str(pool), permission_mode="full-auto"), llm=llm)
+        assert session.run_turn(f"write f{n}").status == "success"
+        sessions.append(session.id)
+        time.sleep(1.1)  # sessions are ranked by their checkpoints' commit times, which git keeps in seconds
+    refs = git(repo, "for-each-ref", "--format=%(refname)", "refs/fugu/checkpoints/").split()
+    owners = {sid for sid in sessions if any(sid in r for r in refs)}
+    assert owners == set(sessions[1:])  # the oldest session's refs went; the two newest kept
+    assert sessions[-1] in " ".join(refs)
