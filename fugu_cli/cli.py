@@ -36,6 +36,11 @@ class OutputFormat(StrEnum):
     stream_json = "stream-json"
 
 
+class InputFormat(StrEnum):
+    text = "text"
+    stream_json = "stream-json"
+
+
 class PermissionChoice(StrEnum):
     """fugu's permission modes and Claude Code's names for them (fugu_cli.options maps those)."""
 
@@ -50,6 +55,7 @@ class PermissionChoice(StrEnum):
 
 
 def run(
+    ctx: typer.Context,
     task: Annotated[
         list[str] | None, typer.Argument(help="The task. Without one (and nothing on stdin): the REPL.")
     ] = None,
@@ -65,14 +71,51 @@ def run(
         float | None, typer.Option("--max-budget-usd", min=0.0, help="Stop when the task has cost this much.")
     ] = None,
     worker: Annotated[str | None, typer.Option("--worker", help="Force this worker for every step.")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Force a worker by name or litellm model id; auto: the router picks."),
+    ] = None,
     pool: Annotated[str | None, typer.Option("--pool", help="A TOML file of [[workers]].")] = None,
     permission_mode: Annotated[
-        PermissionChoice | None,
+        str | None,
         typer.Option(
             "--permission-mode",
-            help="ask, auto-edit, full-auto or read-only (or Claude Code's names for them).",
+            help="ask, auto-edit, full-auto or read-only (or Claude Code's default, acceptEdits, "
+            "bypassPermissions, plan, dontAsk).",
         ),
     ] = None,
+    allowed_tools: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowedTools", "--allowed-tools", help="Allow these without asking: Bash(git status:*),Edit."
+        ),
+    ] = None,
+    disallowed_tools: Annotated[
+        list[str] | None,
+        typer.Option("--disallowedTools", "--disallowed-tools", help="Refuse these: Bash(rm:*),Write."),
+    ] = None,
+    tools: Annotated[
+        str | None, typer.Option("--tools", help="The only tools the workers see (default: all; '': none).")
+    ] = None,
+    system_prompt: Annotated[
+        str | None, typer.Option("--system-prompt", help="Replace fugu's instructions to the workers.")
+    ] = None,
+    system_prompt_file: Annotated[
+        Path | None, typer.Option("--system-prompt-file", help="Replace them with this file's text.")
+    ] = None,
+    append_system_prompt: Annotated[
+        str | None, typer.Option("--append-system-prompt", help="Add this to fugu's instructions.")
+    ] = None,
+    input_format: Annotated[
+        InputFormat,
+        typer.Option("--input-format", help="text, or stream-json: user messages as JSON lines on stdin."),
+    ] = InputFormat.text,
+    partial: Annotated[
+        bool,
+        typer.Option(
+            "--include-partial-messages", help="stream-json: also send the workers' text as it comes."
+        ),
+    ] = False,
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="Allow edits and commands (same as full-auto).")
     ] = False,
@@ -106,16 +149,32 @@ def run(
         print(f"fugu {__version__}")
         raise typer.Exit(0)
     from fugu_cli import logs
+    from fugu_cli.compat import tool_rules
+    from fugu_cli.errors import UsageError
     from fugu_cli.options import RunOptions
     from fugu_cli.options import permission_mode as mode_of
     from fugu_cli.ui import run as runner
+    from fugu_cli.ui.phrases import err
 
     logs.setup(debug=debug)
-    mode = "full-auto" if yes else (mode_of(permission_mode.value) if permission_mode else None)
+    notes: list[str] = list(ctx.obj or [])
+    try:
+        if worker and model and model != worker:
+            raise UsageError(f"--worker {worker} and --model {model} disagree; give one of them")
+        mode = "full-auto" if yes else (mode_of(permission_mode) if permission_mode else None)
+        rules = tool_rules(allowed_tools or [], disallowed_tools or [], tools)
+        if system_prompt_file is not None:
+            system_prompt = _read(system_prompt_file, "--system-prompt-file")
+    except UsageError as e:
+        err(str(e))
+        raise typer.Exit(2) from None
+    streams_text = output_format is OutputFormat.text and sys.stdout.isatty()
+    if partial and output_format is OutputFormat.stream_json:
+        notes.append("--include-partial-messages: fugu sends the workers' text deltas only")
     opts = RunOptions(
         cwd=Path.cwd(),
         pool=pool,
-        worker=worker,
+        worker=worker or model,
         router=router,
         cost_weight=cost_weight,
         permission_mode=mode,
@@ -123,12 +182,33 @@ def run(
         max_budget_usd=max_budget_usd,
         resume=resume,
         continue_last=continue_last,
-        stream=output_format is OutputFormat.text and sys.stdout.isatty(),
+        stream=streams_text or (partial and output_format is OutputFormat.stream_json),
         ultra=True if ultra or plan is not None else None,
         plan=plan,
+        system_prompt=system_prompt or None,
+        append_system_prompt=append_system_prompt or None,
+        allow=rules.allow,
+        deny=rules.deny,
+        hidden_tools=rules.remove,
+        only_tools=rules.only,
     )
-    out = runner.Output(task=" ".join(task or []), print_mode=print_mode, format=output_format.value)
+    out = runner.Output(
+        task=" ".join(task or []),
+        print_mode=print_mode,
+        format=output_format.value,
+        input_format=input_format.value,
+        notes=(*notes, *rules.notes),
+    )
     raise typer.Exit(runner.main(opts, out))
+
+
+def _read(path: Path, flag: str) -> str:
+    from fugu_cli.errors import UsageError
+
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except OSError as e:
+        raise UsageError(f"{flag} {path}: {e.strerror or e}") from None
 
 
 @app.command("pool")
@@ -322,10 +402,18 @@ def main(argv: list[str] | None = None) -> Any:
         a.startswith("--install-completion") or a.startswith("--show-completion") for a in args
     ):
         return app(args=args, prog_name="fugu")
+    from fugu_cli.compat import screen_argv
+    from fugu_cli.errors import UsageError
+
+    try:
+        args, notes = screen_argv(args)
+    except UsageError as e:
+        print(f"fugu: {e}", file=sys.stderr)
+        return 2
     root = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False, add_completion=False)
     root.command(
         help=(run.__doc__ or "")
         + "\n\nCommands: fugu pool | fugu sessions [show ID] | fugu router info|train|eval | fugu eval SUITE"
         " | fugu serve | fugu demo"
     )(run)
-    return root(args=args, prog_name="fugu")
+    return root(args=args, prog_name="fugu", obj=notes)
