@@ -41,10 +41,9 @@ EXIT_CODES = {
     "error_during_execution": 1,
     "interrupted": 130,
 }
-REFUSALS = (
-    "edits and shell commands will be refused: there is no terminal to ask. Allow them with "
-    "--permission-mode acceptEdits (edits) or bypassPermissions / --yes (edits and commands), "
-    "or allow some with --allowedTools 'Bash(pytest:*),Edit'"
+HOW_TO_ALLOW = (
+    "allow them with --permission-mode acceptEdits (edits) or bypassPermissions / --yes (edits and "
+    "commands), or some of them with --allowedTools 'Bash(pytest:*),Edit'"
 )
 
 
@@ -161,8 +160,11 @@ def _controls(session: Session, stopper: Stopper) -> Controls:
 
 
 def _say_refusals(session: Session, opts: RunOptions) -> None:
-    if session.config.permission_mode == "ask" and opts.permission_mode is None:
-        err(REFUSALS)
+    """Without a terminal nobody can approve: say so at the start, with how to allow what the run needs."""
+    if session.config.permission_mode != "ask" or opts.permission_mode is not None:
+        return
+    which = "that no allow rule covers " if session.deps.agent.tool_ctx.policy.allow else ""
+    err(f"edits and shell commands {which}will be refused: there is no terminal to ask; {HOW_TO_ALLOW}")
 
 
 class _Render:
