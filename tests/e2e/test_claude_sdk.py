@@ -237,3 +237,29 @@ def test_an_unsupported_option_fails_with_one_line(tmp_path: Path, loopback: Loo
         "fugu: --mcp-config: fugu has no MCP client yet, so it cannot start the MCP servers of --mcp-config"
     ]
     assert json.dumps(stderr).count("Traceback") == 0
+
+
+def test_resume_and_continue_options_carry_the_session_on(tmp_path: Path, loopback: LoopbackServer) -> None:
+    repo = make_repo(tmp_path / "repo")
+    loopback.script("solo", ["noted", "you said 42", "still 42"])
+    pool = str(pool_file(tmp_path, loopback, "solo"))
+
+    def result_of(prompt: str, **options: Any) -> ResultMessage:
+        messages = _collect(
+            prompt, ClaudeAgentOptions(cli_path=FUGU, cwd=str(repo), extra_args={"pool": pool}, **options)
+        )
+        assert isinstance(messages[-1], ResultMessage)
+        return messages[-1]
+
+    first = result_of("remember 42")
+    resumed = result_of("what did I say?", resume=first.session_id)
+    continued = result_of("and now?", continue_conversation=True)
+    assert first.session_id == resumed.session_id == continued.session_id
+    sent = loopback.requests_for("solo")[2].messages
+    assert [m["content"] for m in sent if m["role"] != "system"] == [
+        "remember 42",
+        "noted",
+        "what did I say?",
+        "you said 42",
+        "and now?",
+    ]
