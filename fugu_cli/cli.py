@@ -110,6 +110,13 @@ def run(
         InputFormat,
         typer.Option("--input-format", help="text, or stream-json: user messages as JSON lines on stdin."),
     ] = InputFormat.text,
+    prompt_tool: Annotated[
+        str | None,
+        typer.Option(
+            "--permission-prompt-tool",
+            help="stdio (with --input-format stream-json): ask the client before edits and commands.",
+        ),
+    ] = None,
     partial: Annotated[
         bool,
         typer.Option(
@@ -165,6 +172,13 @@ def run(
         rules = tool_rules(allowed_tools or [], disallowed_tools or [], tools)
         if system_prompt_file is not None:
             system_prompt = _read(system_prompt_file, "--system-prompt-file")
+        if prompt_tool is not None and (
+            prompt_tool != "stdio" or input_format is not InputFormat.stream_json
+        ):
+            raise UsageError(
+                f"--permission-prompt-tool {prompt_tool}: fugu can ask only its stream-json client "
+                "(--permission-prompt-tool stdio --input-format stream-json), not an MCP tool"
+            )
     except UsageError as e:
         err(str(e))
         raise typer.Exit(2) from None
@@ -197,6 +211,7 @@ def run(
         print_mode=print_mode,
         format=output_format.value,
         input_format=input_format.value,
+        ask_client=prompt_tool == "stdio",
         notes=(*notes, *rules.notes),
     )
     raise typer.Exit(runner.main(opts, out))

@@ -244,10 +244,6 @@ REFUSED: dict[str, str] = {
     "--fork-session": "fugu cannot fork a session; --resume ID continues it",
     "--resume-session-at": "fugu resumes whole sessions only",
     "--resume-drops-turn": "fugu resumes whole sessions only",
-    "--permission-prompt-tool": (
-        "fugu cannot ask a permission tool or an SDK can_use_tool callback; allow tools with "
-        "--allowedTools or --permission-mode instead"
-    ),
     "--session-mirror": "fugu keeps its sessions in its own store (FUGU_HOME), not in a SessionStore",
     "--replay-user-messages": "fugu does not echo user messages back",
 }

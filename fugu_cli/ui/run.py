@@ -30,7 +30,7 @@ from fugu_cli.session import Session
 from fugu_cli.types import TurnResult, Usage, WorkerUsage
 from fugu_cli.ui.phrases import err
 from fugu_cli.ui.stop import GRACE_S, GaveUp, Stopper
-from fugu_cli.ui.stream import Controls, Inbox, LineWriter, UserTurn, stdin_lines
+from fugu_cli.ui.stream import Asker, Controls, Inbox, LineWriter, UserTurn, stdin_lines
 
 log = logging.getLogger("fugu")
 
@@ -55,6 +55,7 @@ class Output:
     print_mode: bool = False
     format: str = "text"  # text | json | stream-json
     input_format: str = "text"  # text | stream-json
+    ask_client: bool = False  # --permission-prompt-tool stdio: the client answers permission questions
     notes: tuple[str, ...] = ()  # flags honoured only partly: said once on stderr
 
 
@@ -109,12 +110,17 @@ def _conversation(opts: RunOptions, out: Output) -> int:
         raise UsageError("--input-format stream-json needs --output-format stream-json")
     from fugu_cli.app import build_session
 
-    session = build_session(opts)
-    _say_refusals(session, opts)
     render = _Render(out.format, sys.stdout)
+    stopper = Stopper()
+    asker = Asker(render.lines, stopper.interrupt) if out.ask_client else None
+    session = build_session(opts, approver=asker)
+    if asker is None:
+        _say_refusals(session, opts)
+    else:
+        render.observers.append(asker.see)
     code = 0
-    with Stopper().installed() as stopper:
-        inbox = Inbox(stdin_lines(), render.lines, _controls(session, stopper)).start()
+    with stopper.installed():
+        inbox = Inbox(stdin_lines(), render.lines, _controls(session, stopper, asker), asker).start()
         pending: list[UserTurn] = [UserTurn(out.task)] if out.task.strip() else []
         while stopper.code is None:
             item = pending.pop(0) if pending else inbox.next(0.1)
@@ -139,7 +145,7 @@ def _turn(session: Session, text: str, render: _Render, stopper: Stopper) -> Tur
         return result
 
 
-def _controls(session: Session, stopper: Stopper) -> Controls:
+def _controls(session: Session, stopper: Stopper, asker: Asker | None) -> Controls:
     from fugu_cli.app import worker_named
     from fugu_cli.options import permission_mode
 
@@ -151,9 +157,15 @@ def _controls(session: Session, stopper: Stopper) -> Controls:
         ]
         return [auto, *rows]
 
+    def interrupt() -> None:
+        stopper.interrupt()
+        if asker is not None:  # a question the turn waits on will not be answered now
+            asker.close()
+            asker.reopen()
+
     return Controls(
         models=models,
-        interrupt=stopper.interrupt,
+        interrupt=interrupt,
         set_permission_mode=lambda name: session.set_permission_mode(permission_mode(name)),
         set_model=lambda model: session.set_worker(worker_named(session.deps.pool, model)),
     )
@@ -175,6 +187,7 @@ class _Render:
         self.format = output_format
         self.lines = LineWriter(out)
         self.closed = False
+        self.observers: list[Callable[[Event], None]] = []
         self._show: Callable[[Event], None] | None = None
         if output_format != "stream-json":
             from fugu_cli.ui.render import Renderer, make_console
@@ -187,6 +200,8 @@ class _Render:
         if self.closed:
             return
         self._count(event)
+        for observe in self.observers:
+            observe(event)
         if self._show is not None:
             self._show(event)
             return

@@ -3,7 +3,8 @@ thread, never interleaved), and with `--input-format stream-json` user messages 
 JSON lines on stdin. Control requests are answered at once, from the reader thread, even while a turn runs.
 
 Answered as Claude Code does: initialize, interrupt, set_permission_mode, set_model, mcp_status. Every other
-request gets an error response naming it (fugu has no hooks, MCP servers or background tasks).
+request gets an error response naming it (fugu has no hooks, MCP servers or background tasks). With
+`--permission-prompt-tool stdio`, fugu asks the client (the SDK's can_use_tool) before an edit or a command.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import IO, Any
 
 from fugu_cli import __version__
 from fugu_cli.errors import UsageError
+from fugu_cli.events import Event, ToolStarted, WorkflowAgentEvent
+from fugu_cli.tools import Answer, ApprovalRequest
 from fugu_cli.types import dumps
 from fugu_cli.ui.phrases import err
 
@@ -93,14 +96,101 @@ class Controls:
         }
 
 
-class Inbox:
-    """Reads stdin on a daemon thread: user messages queue up as turns, control requests are answered, and
-    the end of input queues None."""
+class Asker:
+    """The approver of `--permission-prompt-tool stdio`: a `can_use_tool` control request to the client for
+    each edit or command the policy would ask about, answered through the inbox. Allowed as asked or refused;
+    an answer that changes the tool's input is a refusal (fugu cannot run a call other than the model's)."""
 
-    def __init__(self, lines: Iterable[str], out: LineWriter, controls: Controls) -> None:
+    def __init__(self, out: LineWriter, interrupt: Callable[[], None]) -> None:
+        self._out = out
+        self._interrupt = interrupt
+        self._here = threading.local()  # the call a turn thread is running (ToolStarted comes just before)
+        self._lock = threading.Lock()
+        self._waiting: dict[str, tuple[threading.Event, list[Mapping[str, Any]]]] = {}
+        self._count = 0
+        self._closed = False
+
+    def see(self, event: Event) -> None:
+        while isinstance(event, WorkflowAgentEvent):
+            event = event.inner
+        if isinstance(event, ToolStarted):
+            self._here.call = event.call
+
+    def __call__(self, request: ApprovalRequest) -> Answer:
+        call = getattr(self._here, "call", None)
+        try:
+            tool_input = json.loads(call.arguments) if call is not None else {}
+        except ValueError:
+            tool_input = {"_raw": call.arguments if call is not None else ""}
+        done, box = threading.Event(), list[Mapping[str, Any]]()
+        with self._lock:
+            if self._closed:
+                return "no"
+            self._count += 1
+            request_id = f"fugu_perm_{self._count}"
+            self._waiting[request_id] = (done, box)
+        ask = {
+            "subtype": "can_use_tool",
+            "tool_name": call.name if call is not None else request.tool,
+            "input": tool_input,
+            "tool_use_id": call.id if call is not None else "",
+            "permission_suggestions": None,
+            "blocked_path": None,
+            "description": request.summary,
+        }
+        self._out.write({"type": "control_request", "request_id": request_id, "request": ask})
+        done.wait()
+        return self._verdict(box[0] if box else None, tool_input)
+
+    def answered(self, response: Mapping[str, Any]) -> None:
+        """A control_response from the client."""
+        with self._lock:
+            waiting = self._waiting.pop(str(response.get("request_id")), None)
+        if waiting is not None:
+            waiting[1].append(response)
+            waiting[0].set()
+
+    def close(self) -> None:
+        """Nobody will answer any more (the input ended, or the turn was interrupted): refuse what waits."""
+        with self._lock:
+            self._closed = True
+            waiting, self._waiting = list(self._waiting.values()), {}
+        for done, _ in waiting:
+            done.set()
+
+    def reopen(self) -> None:
+        with self._lock:
+            self._closed = False
+
+    def _verdict(self, reply: Mapping[str, Any] | None, tool_input: Any) -> Answer:
+        if reply is None or reply.get("subtype") != "success":
+            return "no"
+        decision = reply.get("response") or {}
+        if decision.get("behavior") == "allow":
+            changed = decision.get("updatedInput")
+            if changed is not None and changed != tool_input:
+                err(
+                    "can_use_tool changed a tool call's input; fugu runs the model's own calls only, "
+                    "so the call was refused"
+                )
+                return "no"
+            return "yes"
+        if decision.get("interrupt"):
+            self._interrupt()
+        return "no"
+
+
+class Inbox:
+    """Reads stdin on a daemon thread: user messages queue up as turns, control requests are answered,
+    control responses go to the asker, and the end of input queues None."""
+
+    def __init__(
+        self, lines: Iterable[str], out: LineWriter, controls: Controls, asker: Asker | None = None
+    ) -> None:
         self._lines = lines
         self._out = out
         self._controls = controls
+        self._asker = asker
         self.turns: queue.Queue[UserTurn | None] = queue.Queue()
         self._thread = threading.Thread(target=self._read, name="fugu-stdin", daemon=True)
 
@@ -121,6 +211,8 @@ class Inbox:
                 if line.strip():
                     self._take(number, line)
         finally:
+            if self._asker is not None:
+                self._asker.close()
             self.turns.put(None)
 
     def _take(self, number: int, line: str) -> None:
@@ -139,6 +231,8 @@ class Inbox:
                 self.turns.put(turn)
         elif kind == "control_request":
             self._control(message)
+        elif kind == "control_response" and self._asker is not None:
+            self._asker.answered(message.get("response") or {})
         elif kind not in ("keep_alive", "control_response", "control_cancel_request"):
             err(f"stdin line {number}: fugu ignores messages of type {kind!r}")
 

@@ -17,6 +17,8 @@ from claude_agent_sdk import (
     ClaudeAgentOptions,
     ClaudeSDKClient,
     HookMatcher,
+    PermissionResultAllow,
+    PermissionResultDeny,
     ResultMessage,
     SystemMessage,
     TextBlock,
@@ -202,6 +204,55 @@ def test_control_requests_model_permission_mode_and_interrupt(
         if isinstance(b, TextBlock)
     ]
     assert texts == ["still here"]
+
+
+def test_can_use_tool_is_asked_before_edits_and_commands(tmp_path: Path, loopback: LoopbackServer) -> None:
+    repo = make_repo(tmp_path / "repo")
+    loopback.script(
+        "solo",
+        [
+            tool_reply(call("shell", command="rm -rf .git")),
+            tool_reply(call("edit_file", path="calc.py", old_text="a - b", new_text="a + b")),
+            tool_reply(call("shell", command="python3 test_calc.py")),
+            "fixed, without deleting anything",
+        ],
+    )
+    asked: list[tuple[str, dict[str, Any], str | None]] = []
+
+    async def can_use_tool(name: str, tool_input: dict[str, Any], context: Any) -> Any:
+        asked.append((name, tool_input, context.tool_use_id))
+        if name == "shell" and tool_input["command"].startswith("rm"):
+            return PermissionResultDeny(message="no deleting")
+        return PermissionResultAllow()
+
+    async def prompt() -> AsyncIterator[dict[str, Any]]:
+        yield {"type": "user", "message": {"role": "user", "content": "fix it"}, "parent_tool_use_id": None}
+
+    options = ClaudeAgentOptions(
+        cli_path=FUGU,
+        cwd=str(repo),
+        extra_args={"pool": str(pool_file(tmp_path, loopback, "solo"))},
+        can_use_tool=can_use_tool,
+    )
+    messages = _collect(prompt(), options)
+    result = messages[-1]
+    assert isinstance(result, ResultMessage) and result.subtype == "success"
+    uses = [
+        b
+        for m in messages
+        if isinstance(m, AssistantMessage)
+        for b in m.content
+        if isinstance(b, ToolUseBlock)
+    ]
+    assert asked == [
+        ("shell", {"command": "rm -rf .git"}, uses[0].id),
+        ("edit_file", {"path": "calc.py", "old_text": "a - b", "new_text": "a + b"}, uses[1].id),
+        ("shell", {"command": "python3 test_calc.py"}, uses[2].id),
+    ]
+    assert result.permission_denials == [
+        {"tool_name": "shell", "tool_use_id": uses[0].id, "tool_input": {"command": "rm -rf .git"}}
+    ]
+    assert (repo / ".git").is_dir() and (repo / "calc.py").read_text() == FIXED
 
 
 def test_hooks_are_refused_clearly(tmp_path: Path, loopback: LoopbackServer) -> None:
