@@ -52,6 +52,7 @@ class PermissionChoice(StrEnum):
     accept_edits = "acceptEdits"
     bypass_permissions = "bypassPermissions"
     plan = "plan"
+    dont_ask = "dontAsk"
 
 
 def run(
@@ -77,7 +78,7 @@ def run(
     ] = None,
     pool: Annotated[str | None, typer.Option("--pool", help="A TOML file of [[workers]].")] = None,
     permission_mode: Annotated[
-        str | None,
+        PermissionChoice | None,
         typer.Option(
             "--permission-mode",
             help="ask, auto-edit, full-auto or read-only (or Claude Code's default, acceptEdits, "
@@ -156,74 +157,45 @@ def run(
         print(f"fugu {__version__}")
         raise typer.Exit(0)
     from fugu_cli import logs
-    from fugu_cli.compat import tool_rules
-    from fugu_cli.errors import UsageError
     from fugu_cli.options import RunOptions
-    from fugu_cli.options import permission_mode as mode_of
     from fugu_cli.ui import run as runner
-    from fugu_cli.ui.phrases import err
 
     logs.setup(debug=debug)
-    notes: list[str] = list(ctx.obj or [])
-    try:
-        if worker and model and model != worker:
-            raise UsageError(f"--worker {worker} and --model {model} disagree; give one of them")
-        mode = "full-auto" if yes else (mode_of(permission_mode) if permission_mode else None)
-        rules = tool_rules(allowed_tools or [], disallowed_tools or [], tools)
-        if system_prompt_file is not None:
-            system_prompt = _read(system_prompt_file, "--system-prompt-file")
-        if prompt_tool is not None and (
-            prompt_tool != "stdio" or input_format is not InputFormat.stream_json
-        ):
-            raise UsageError(
-                f"--permission-prompt-tool {prompt_tool}: fugu can ask only its stream-json client "
-                "(--permission-prompt-tool stdio --input-format stream-json), not an MCP tool"
-            )
-    except UsageError as e:
-        err(str(e))
-        raise typer.Exit(2) from None
-    streams_text = output_format is OutputFormat.text and sys.stdout.isatty()
-    if partial and output_format is OutputFormat.stream_json:
-        notes.append("--include-partial-messages: fugu sends the workers' text deltas only")
     opts = RunOptions(
         cwd=Path.cwd(),
         pool=pool,
-        worker=worker or model,
+        worker=worker,
         router=router,
         cost_weight=cost_weight,
-        permission_mode=mode,
         max_turns=max_turns,
         max_budget_usd=max_budget_usd,
         resume=resume,
         continue_last=continue_last,
-        stream=streams_text or (partial and output_format is OutputFormat.stream_json),
+        stream=output_format is OutputFormat.text and sys.stdout.isatty(),
         ultra=True if ultra or plan is not None else None,
         plan=plan,
-        system_prompt=system_prompt or None,
-        append_system_prompt=append_system_prompt or None,
-        allow=rules.allow,
-        deny=rules.deny,
-        hidden_tools=rules.remove,
-        only_tools=rules.only,
     )
     out = runner.Output(
         task=" ".join(task or []),
         print_mode=print_mode,
         format=output_format.value,
         input_format=input_format.value,
-        ask_client=prompt_tool == "stdio",
-        notes=(*notes, *rules.notes),
+        notes=tuple(ctx.obj or ()),
     )
-    raise typer.Exit(runner.main(opts, out))
-
-
-def _read(path: Path, flag: str) -> str:
-    from fugu_cli.errors import UsageError
-
-    try:
-        return path.read_text(encoding="utf-8-sig")
-    except OSError as e:
-        raise UsageError(f"{flag} {path}: {e.strerror or e}") from None
+    flags = runner.Flags(
+        model=model,
+        permission_mode=permission_mode.value if permission_mode else None,
+        yes=yes,
+        allowed_tools=tuple(allowed_tools or ()),
+        disallowed_tools=tuple(disallowed_tools or ()),
+        tools=tools,
+        system_prompt=system_prompt,
+        system_prompt_file=system_prompt_file,
+        append_system_prompt=append_system_prompt,
+        prompt_tool=prompt_tool,
+        partial=partial,
+    )
+    raise typer.Exit(runner.main(opts, out, flags))
 
 
 @app.command("pool")

@@ -247,6 +247,13 @@ REFUSED: dict[str, str] = {
     "--session-mirror": "fugu keeps its sessions in its own store (FUGU_HOME), not in a SessionStore",
     "--replay-user-messages": "fugu does not echo user messages back",
 }
+# Values of Claude Code flags fugu cannot honour.
+REFUSED_VALUES: dict[tuple[str, str], str] = {
+    ("--permission-mode", "auto"): (
+        "fugu has no model that judges each tool call; choose acceptEdits (edits), bypassPermissions "
+        "(edits and commands), default or plan"
+    ),
+}
 # Claude Code flags fugu accepts and ignores, saying so once: they tune a model fugu may not be using.
 IGNORED: dict[str, str] = {
     "--fallback-model": "fugu fails over to another worker of its pool on its own",
@@ -281,6 +288,9 @@ def screen_argv(args: Sequence[str]) -> tuple[list[str], list[str]]:
         takes_value = "=" not in arg and name not in _NO_VALUE
         if name in REFUSED:
             raise UsageError(f"{name}: {REFUSED[name]}")
+        value = arg.split("=", 1)[1] if "=" in arg else (args[i + 1] if i + 1 < len(args) else "")
+        if (name, value) in REFUSED_VALUES:
+            raise UsageError(f"{name} {value}: {REFUSED_VALUES[name, value]}")
         if name in IGNORED or name in _NOTHING_TO_DO:
             if name in IGNORED:
                 notes.append(f"{name} is ignored: {IGNORED[name]}")

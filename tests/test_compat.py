@@ -61,6 +61,9 @@ def test_the_tools_flag_names_the_only_tools() -> None:
 def test_flags_fugu_cannot_honour_are_refused_and_tuning_flags_ignored_once() -> None:
     with pytest.raises(UsageError, match="--mcp-config: fugu has no MCP client"):
         screen_argv(["--output-format", "stream-json", "--mcp-config", '{"mcpServers": {}}'])
+    with pytest.raises(UsageError, match="--permission-mode auto: fugu has no model that judges"):
+        screen_argv(["-p", "x", "--permission-mode", "auto"])
+    assert screen_argv(["--permission-mode", "acceptEdits"]) == (["--permission-mode", "acceptEdits"], [])
     with pytest.raises(UsageError, match="--session-id"):
         screen_argv(["--session-id=abc"])
     args, notes = screen_argv(

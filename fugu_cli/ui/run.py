@@ -8,12 +8,14 @@ Renders text (compact progress lines on stderr, the answer on stdout), json (one
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO
 
 from fugu_cli.errors import FuguError, UsageError
@@ -59,7 +61,69 @@ class Output:
     notes: tuple[str, ...] = ()  # flags honoured only partly: said once on stderr
 
 
-def main(opts: RunOptions, out: Output) -> int:
+@dataclass(frozen=True)
+class Flags:
+    """The run command's flags in Claude Code's vocabulary, as given; `settle` folds them into the options."""
+
+    model: str | None = None
+    permission_mode: str | None = None
+    yes: bool = False
+    allowed_tools: tuple[str, ...] = ()
+    disallowed_tools: tuple[str, ...] = ()
+    tools: str | None = None
+    system_prompt: str | None = None
+    system_prompt_file: Path | None = None
+    append_system_prompt: str | None = None
+    prompt_tool: str | None = None
+    partial: bool = False
+
+
+def settle(opts: RunOptions, out: Output, flags: Flags) -> tuple[RunOptions, Output]:
+    """Run options and output with `flags` folded in; a UsageError says what fugu cannot honour."""
+    from fugu_cli.compat import tool_rules
+    from fugu_cli.options import permission_mode
+
+    if opts.worker and flags.model and flags.model != opts.worker:
+        raise UsageError(f"--worker {opts.worker} and --model {flags.model} disagree; give one of them")
+    if flags.prompt_tool is not None and (flags.prompt_tool != "stdio" or out.input_format != "stream-json"):
+        raise UsageError(
+            f"--permission-prompt-tool {flags.prompt_tool}: fugu can ask only its stream-json client "
+            "(--permission-prompt-tool stdio --input-format stream-json), not an MCP tool"
+        )
+    prompt = flags.system_prompt
+    if flags.system_prompt_file is not None:
+        try:
+            prompt = flags.system_prompt_file.read_text(encoding="utf-8-sig")
+        except OSError as e:
+            raise UsageError(f"--system-prompt-file {flags.system_prompt_file}: {e.strerror or e}") from None
+    rules = tool_rules(flags.allowed_tools, flags.disallowed_tools, flags.tools)
+    partial = flags.partial and out.format == "stream-json"
+    notes = ("--include-partial-messages: fugu sends the workers' text deltas only",) if partial else ()
+    mode = permission_mode(flags.permission_mode) if flags.permission_mode else None
+    opts = dataclasses.replace(
+        opts,
+        worker=opts.worker or flags.model,
+        permission_mode="full-auto" if flags.yes else mode,
+        stream=opts.stream or partial,
+        system_prompt=prompt or None,
+        append_system_prompt=flags.append_system_prompt or None,
+        allow=rules.allow,
+        deny=rules.deny,
+        hidden_tools=rules.remove,
+        only_tools=rules.only,
+    )
+    out = dataclasses.replace(
+        out, ask_client=flags.prompt_tool == "stdio", notes=(*out.notes, *notes, *rules.notes)
+    )
+    return opts, out
+
+
+def main(opts: RunOptions, out: Output, flags: Flags | None = None) -> int:
+    try:
+        opts, out = settle(opts, out, flags or Flags())
+    except UsageError as e:
+        err(str(e))
+        return e.exit_code
     for note in out.notes:
         err(note)
     if out.input_format == "stream-json":
@@ -95,11 +159,10 @@ def _guarded(run: Callable[[], int]) -> int:
 def _one_shot(opts: RunOptions, out: Output, task: str) -> int:
     from fugu_cli.app import build_session
 
-    session = build_session(opts)
-    _say_refusals(session, opts)
-    render = _Render(out.format, sys.stdout)
-    with Stopper().installed() as stopper:
-        result = _turn(session, task, render, stopper)
+    with Stopper().installed() as stopper:  # a signal while the session is built still ends in a result
+        session = build_session(opts)
+        _say_refusals(session, opts)
+        result = _turn(session, task, _Render(out.format, sys.stdout), stopper)
     _final(out.format, result, sys.stdout)
     return stopper.code or EXIT_CODES[result.status]
 

@@ -52,7 +52,7 @@ def complete(*words: str) -> list[str]:
     ("words", "expected"),
     [
         (("",), ["pool", "demo", "eval", "serve", "sessions", "router"]),
-        (("--perm",), ["--permission-mode"]),
+        (("--perm",), ["--permission-mode", "--permission-prompt-tool"]),
         (
             ("--permission-mode", ""),
             [
@@ -64,6 +64,7 @@ def complete(*words: str) -> list[str]:
                 "acceptEdits",
                 "bypassPermissions",
                 "plan",
+                "dontAsk",
             ],
         ),
         (("--output-format", "s"), ["stream-json"]),
