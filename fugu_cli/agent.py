@@ -33,6 +33,7 @@ from fugu_cli.llm import LLM
 from fugu_cli.router.roles import is_accept
 from fugu_cli.tools import ToolContext
 from fugu_cli.types import (
+    Denial,
     Message,
     RouteDecision,
     RouteState,
@@ -84,12 +85,26 @@ class TurnIO:
 class _Tally:
     usage: Usage = field(default_factory=Usage)
     workers: dict[str, WorkerUsage] = field(default_factory=dict)
-    denied: list[str] = field(default_factory=list)
+    denied: list[Denial] = field(default_factory=list)
     steps: int = 0
+    stop_reason: str | None = None  # the last reply's finish reason; None while a step is cut mid-answer
 
-    def add(self, worker: str, usage: Usage) -> None:
+    def add(self, worker: Worker, usage: Usage) -> None:
         self.usage = self.usage + usage
-        self.workers[worker] = self.workers.get(worker, WorkerUsage()) + WorkerUsage(1, usage.cost_usd)
+        step = WorkerUsage.of_step(worker.model, usage)
+        self.workers[worker.name] = self.workers.get(worker.name, WorkerUsage()) + step
+
+
+@dataclass(frozen=True)
+class _Reply:
+    """One worker's answer to a step, and how its call went."""
+
+    decision: RouteDecision
+    message: Message
+    usage: Usage
+    started: float  # wall clock, for the ledger
+    finish_reason: str
+    api_ms: float
 
 
 class Agent:
@@ -139,24 +154,36 @@ class _Run:
             step = self.tally.steps + 1
             state = RouteState(messages=tuple(self.messages), step=step, last_worker=last_worker)
             try:
-                decision, reply, usage, step_started = self._call(state)
+                got = self._call(state)
             except Interrupted:
+                self.tally.stop_reason = None
                 return self._result("interrupted", last_text, "interrupted by the user")
             except _AllFailed as e:
                 return self._result("error_during_execution", last_text, str(e))
+            decision, reply, usage = got.decision, got.message, got.usage
             self.tally.steps = step
-            self.tally.add(decision.worker, usage)
+            self.tally.add(self.d.workers[decision.worker], usage)
+            self.tally.stop_reason = got.finish_reason
             last_worker = decision.worker
             last_text = reply.content or last_text
             self._append(reply)
-            self._emit(AssistantMessage(session_id=self.sid, step=step, message=reply, usage=usage))
+            self._emit(
+                AssistantMessage(
+                    session_id=self.sid,
+                    step=step,
+                    message=reply,
+                    usage=usage,
+                    model=self.d.workers[decision.worker].model,
+                    finish_reason=got.finish_reason,
+                    api_ms=got.api_ms,
+                )
+            )
             results = self._run_tools(reply, step, decision.worker)
-            self.tally.denied.extend(r.content for r in results if r.denied)
+            calls = {c.id: c for c in reply.tool_calls}
+            self.tally.denied.extend(Denial.of(calls[r.call_id], r.content) for r in results if r.denied)
             interrupted = self._cancelled()
             status_text = "interrupted" if interrupted else "ok"
-            self.ledger.step(
-                StepRecord(step, decision, status_text, usage, reply.content or "", step_started)
-            )
+            self.ledger.step(StepRecord(step, decision, status_text, usage, reply.content or "", got.started))
             tools = tuple(tc.name for tc in reply.tool_calls)
             self._emit(
                 StepFinished(session_id=self.sid, step=step, worker=decision.worker, usage=usage, tools=tools)
@@ -189,7 +216,7 @@ class _Run:
             return "error_during_execution"
         return None
 
-    def _call(self, state: RouteState) -> tuple[RouteDecision, Message, Usage, float]:
+    def _call(self, state: RouteState) -> _Reply:
         """Pick a worker and get its reply; on a provider failure ask the picker for another (failover)."""
         errors: list[str] = []
         failover = False
@@ -206,6 +233,7 @@ class _Run:
             worker = self.d.workers[decision.worker]
             self._emit(StepStarted(session_id=self.sid, step=step, worker=worker.name))
             step_started = time.time()
+            clock = time.monotonic()
             try:
                 completion = self.d.llm.complete(
                     worker,
@@ -219,7 +247,12 @@ class _Run:
                 raise
             except ProviderError as e:
                 errors.append(f"{worker.name}: {e}")
-                self._emit(ProviderFailed(session_id=self.sid, step=step, worker=worker.name, error=str(e)))
+                spent = (time.monotonic() - clock) * 1000.0
+                self._emit(
+                    ProviderFailed(
+                        session_id=self.sid, step=step, worker=worker.name, error=str(e), api_ms=spent
+                    )
+                )
                 self.ledger.step(StepRecord(step, decision, "provider_error", Usage(), str(e), step_started))
                 self.failed.add(worker.name)
                 failover = True
@@ -227,7 +260,9 @@ class _Run:
             for warning in completion.warnings:
                 self._emit(Notice(session_id=self.sid, level="warning", text=warning))
             reply = dataclasses.replace(completion.message, worker=worker.name)
-            return decision, reply, completion.usage, step_started
+            finish = completion.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+            spent = (time.monotonic() - clock) * 1000.0
+            return _Reply(decision, reply, completion.usage, step_started, finish, spent)
 
     def _with_role(self, messages: Sequence[Message], role: str | None) -> list[Message]:
         if not role or self.d.role_prompt is None:
@@ -277,6 +312,7 @@ class _Run:
             workers=dict(tally.workers),
             denied=tuple(tally.denied),
             error=error if status != "success" else None,
+            stop_reason=tally.stop_reason,
         )
 
 

@@ -33,6 +33,7 @@ from fugu_cli.types import PermissionMode, Worker
 if TYPE_CHECKING:
     from fugu_cli.conductor import Conductor
     from fugu_cli.router.backbone import Backbone
+    from fugu_cli.tools.registry import ToolRegistry
 
 __all__ = ["Resolved", "RunOptions", "assemble", "build_session", "open_store", "resolve"]
 
@@ -147,11 +148,21 @@ def resolve(opts: RunOptions, *, saved_pool: Sequence[Worker] = ()) -> Resolved:
     pool = usable_pool(config, opts.cwd, saved_pool)
     if config.cost_weight > 0:
         pool = with_table_prices(pool)
-    if config.worker and config.worker not in [w.name for w in pool]:
-        names = ", ".join(w.name for w in pool)
-        raise UsageError(f"--worker {config.worker}: no such usable worker; choose one of: {names}")
+    config = config.model_copy(update={"worker": worker_named(pool, config.worker)})
     register_secret_env(w.api_key_env for w in pool)
     return Resolved(opts, config, tuple(pool), router_source(config, pool))
+
+
+def worker_named(pool: Sequence[Worker], spec: str | None) -> str | None:
+    """The pool worker `spec` names: a worker name, its litellm model id (with or without the provider
+    prefix), or "auto"/None for the router."""
+    if not spec or spec == "auto":
+        return None
+    for w in pool:
+        if spec in (w.name, w.model, w.model.split("/", 1)[-1]):
+            return w.name
+    names = ", ".join(w.name for w in pool)
+    raise UsageError(f"--worker/--model {spec}: no such usable worker or model; choose one of: {names}, auto")
 
 
 def build_session(
@@ -182,10 +193,7 @@ def assemble(
     opts = opts or resolved.options
     update = {k: v for k, v in opts.overrides().items() if k in _PER_SESSION and v is not None}
     config = resolved.config.model_copy(update=update)
-    if config.worker and config.worker not in resolved.names:
-        raise UsageError(
-            f"--worker {config.worker}: no such usable worker; choose one of: {', '.join(resolved.names)}"
-        )
+    config = config.model_copy(update={"worker": worker_named(resolved.pool, config.worker)})
     store = store or open_store()
     root = repo_root(opts.cwd)
     row = _resumed_row(store, opts) if opts.resuming else None
@@ -200,12 +208,14 @@ def assemble(
 
     agent = AgentDeps(
         llm=llm or make_llm(config),
-        tools=ToolRegistry.default(),
+        tools=_tools(ToolRegistry.default(), opts),
         tool_ctx=configure_tools(
             config,
             root,
             PermissionPolicy(
-                mode=mode, allow=list(config.permissions.allow), deny=list(config.permissions.deny)
+                mode=mode,
+                allow=[*config.permissions.allow, *opts.allow],
+                deny=[*config.permissions.deny, *opts.deny],
             ),
             approver,
         ),
@@ -218,7 +228,7 @@ def assemble(
         root=root,
         limits=Limits(max_steps=_max_steps(config, opts, router), max_budget_usd=config.max_budget_usd),
         forced_worker=config.worker,
-        system_prompt=system_prompt(root),
+        system_prompt=system_prompt(root, base=opts.system_prompt, append=opts.append_system_prompt),
         permission_mode=mode,
         router_name=router.name,
         ultra=config.ultra,
@@ -233,16 +243,31 @@ def assemble(
     return Session(deps, session_config, messages)
 
 
-def system_prompt(root: Path, name: str = "system") -> str:
+def system_prompt(
+    root: Path, name: str = "system", *, base: str | None = None, append: str | None = None
+) -> str:
+    """The workers' instructions: fugu's prompt `name` (or `base`, a caller's replacement), the project's
+    AGENTS.md (or CLAUDE.md), then `append`."""
     from fugu_cli import prompts
 
-    text = prompts.load(name)
+    text = base if base else prompts.load(name)
     for name in ("AGENTS.md", "CLAUDE.md"):
         path = root / name
         if path.is_file():
             text += f"\n\nProject instructions from {name}:\n{path.read_text(errors='replace')[:20_000]}"
             break
+    if append:
+        text += f"\n\n{append}"
     return text
+
+
+def _tools(registry: ToolRegistry, opts: RunOptions) -> ToolRegistry:
+    """The tools the workers see: all, or `--tools`'s, less the hidden ones."""
+    names = list(opts.only_tools) if opts.only_tools is not None else registry.names()
+    try:
+        return registry.subset([n for n in names if n not in opts.hidden_tools])
+    except ValueError as e:
+        raise UsageError(f"--tools: {e}") from None
 
 
 def make_llm(config: Config) -> LLM:
@@ -281,7 +306,7 @@ def build_conductor(
         home=fugu_home(),
         max_depth=u.max_depth,
         step_limits=Limits(u.step_max_turns, u.step_max_budget_usd, u.step_timeout_s),
-        system_prompt=system_prompt(root, "workflow_step"),
+        system_prompt=system_prompt(root, "workflow_step", append=opts.append_system_prompt),
         plan=plan,
     )
     return Conductor(ConductorDeps(agent=agent, store=store, pool=pool), cfg)

@@ -36,6 +36,11 @@ class OutputFormat(StrEnum):
     stream_json = "stream-json"
 
 
+class InputFormat(StrEnum):
+    text = "text"
+    stream_json = "stream-json"
+
+
 class PermissionChoice(StrEnum):
     """fugu's permission modes and Claude Code's names for them (fugu_cli.options maps those)."""
 
@@ -47,9 +52,11 @@ class PermissionChoice(StrEnum):
     accept_edits = "acceptEdits"
     bypass_permissions = "bypassPermissions"
     plan = "plan"
+    dont_ask = "dontAsk"
 
 
 def run(
+    ctx: typer.Context,
     task: Annotated[
         list[str] | None, typer.Argument(help="The task. Without one (and nothing on stdin): the REPL.")
     ] = None,
@@ -65,14 +72,58 @@ def run(
         float | None, typer.Option("--max-budget-usd", min=0.0, help="Stop when the task has cost this much.")
     ] = None,
     worker: Annotated[str | None, typer.Option("--worker", help="Force this worker for every step.")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Force a worker by name or litellm model id; auto: the router picks."),
+    ] = None,
     pool: Annotated[str | None, typer.Option("--pool", help="A TOML file of [[workers]].")] = None,
     permission_mode: Annotated[
         PermissionChoice | None,
         typer.Option(
             "--permission-mode",
-            help="ask, auto-edit, full-auto or read-only (or Claude Code's names for them).",
+            help="ask, auto-edit, full-auto or read-only (or Claude Code's default, acceptEdits, "
+            "bypassPermissions, plan, dontAsk).",
         ),
     ] = None,
+    allowed_tools: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowedTools", "--allowed-tools", help="Allow these without asking: Bash(git status:*),Edit."
+        ),
+    ] = None,
+    disallowed_tools: Annotated[
+        list[str] | None,
+        typer.Option("--disallowedTools", "--disallowed-tools", help="Refuse these: Bash(rm:*),Write."),
+    ] = None,
+    tools: Annotated[
+        str | None, typer.Option("--tools", help="The only tools the workers see (default: all; '': none).")
+    ] = None,
+    system_prompt: Annotated[
+        str | None, typer.Option("--system-prompt", help="Replace fugu's instructions to the workers.")
+    ] = None,
+    system_prompt_file: Annotated[
+        Path | None, typer.Option("--system-prompt-file", help="Replace them with this file's text.")
+    ] = None,
+    append_system_prompt: Annotated[
+        str | None, typer.Option("--append-system-prompt", help="Add this to fugu's instructions.")
+    ] = None,
+    input_format: Annotated[
+        InputFormat,
+        typer.Option("--input-format", help="text, or stream-json: user messages as JSON lines on stdin."),
+    ] = InputFormat.text,
+    prompt_tool: Annotated[
+        str | None,
+        typer.Option(
+            "--permission-prompt-tool",
+            help="stdio (with --input-format stream-json): ask the client before edits and commands.",
+        ),
+    ] = None,
+    partial: Annotated[
+        bool,
+        typer.Option(
+            "--include-partial-messages", help="stream-json: also send the workers' text as it comes."
+        ),
+    ] = False,
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="Allow edits and commands (same as full-auto).")
     ] = False,
@@ -113,18 +164,15 @@ def run(
         raise typer.Exit(0)
     from fugu_cli import logs
     from fugu_cli.options import RunOptions
-    from fugu_cli.options import permission_mode as mode_of
     from fugu_cli.ui import run as runner
 
     logs.setup(debug=debug)
-    mode = "full-auto" if yes else (mode_of(permission_mode.value) if permission_mode else None)
     opts = RunOptions(
         cwd=Path.cwd(),
         pool=pool,
         worker=worker,
         router=router,
         cost_weight=cost_weight,
-        permission_mode=mode,
         max_turns=max_turns,
         max_budget_usd=max_budget_usd,
         resume=resume,
@@ -134,8 +182,27 @@ def run(
         plan=plan,
         trust_project=trust_project,
     )
-    out = runner.Output(task=" ".join(task or []), print_mode=print_mode, format=output_format.value)
-    raise typer.Exit(runner.main(opts, out))
+    out = runner.Output(
+        task=" ".join(task or []),
+        print_mode=print_mode,
+        format=output_format.value,
+        input_format=input_format.value,
+        notes=tuple(ctx.obj or ()),
+    )
+    flags = runner.Flags(
+        model=model,
+        permission_mode=permission_mode.value if permission_mode else None,
+        yes=yes,
+        allowed_tools=tuple(allowed_tools or ()),
+        disallowed_tools=tuple(disallowed_tools or ()),
+        tools=tools,
+        system_prompt=system_prompt,
+        system_prompt_file=system_prompt_file,
+        append_system_prompt=append_system_prompt,
+        prompt_tool=prompt_tool,
+        partial=partial,
+    )
+    raise typer.Exit(runner.main(opts, out, flags))
 
 
 @app.command("pool")
@@ -354,10 +421,18 @@ def main(argv: list[str] | None = None) -> Any:
         a.startswith("--install-completion") or a.startswith("--show-completion") for a in args
     ):
         return app(args=args, prog_name="fugu")
+    from fugu_cli.compat import screen_argv
+    from fugu_cli.errors import UsageError
+
+    try:
+        args, notes = screen_argv(args)
+    except UsageError as e:
+        print(f"fugu: {e}", file=sys.stderr)
+        return 2
     root = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False, add_completion=False)
     root.command(
         help=(run.__doc__ or "")
         + "\n\nCommands: fugu pool | fugu sessions [show ID] | fugu router info|train|eval | fugu eval SUITE"
         " | fugu serve | fugu demo | fugu doctor | fugu completion SHELL"
     )(run)
-    return root(args=args, prog_name="fugu")
+    return root(args=args, prog_name="fugu", obj=notes)

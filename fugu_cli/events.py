@@ -1,15 +1,20 @@
 """Events a session emits while it works; the UI, stream-json and the server render them.
 
-Never prints. Every event knows its stream-json form (Claude Code's shape plus fugu's route events).
+Never prints. Every event knows its stream-json form: Claude Code's message shapes (what `claude_agent_sdk`'s
+parser reads: `system/init`, `assistant`, `user` tool results, `stream_event`, `result`), with fugu's own
+events (route, workflow, provider_error, notice) as `system` messages of their own subtypes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fugu_cli.types import Message, RouteDecision, ToolCall, ToolResult, TurnResult, Usage
+from fugu_cli import __version__
+from fugu_cli.compat import CLAUDE_MODE_NAMES, result_subtype, stop_reason, terminal_reason
+from fugu_cli.types import Message, RouteDecision, ToolCall, ToolResult, TurnResult, Usage, WorkerUsage
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,23 +27,36 @@ class Event:
 
 @dataclass(frozen=True, kw_only=True)
 class SessionStarted(Event):
+    """A turn begins (Claude Code's `system/init`, sent at the start of every turn)."""
+
     cwd: str
     workers: tuple[str, ...]
     tools: tuple[str, ...]
     permission_mode: str
     router: str
+    model: str = "auto"  # the forced worker's litellm id, or "auto": the router picks per step
+    api_key_source: str = "none"  # the variables the workers' keys come from
 
     def to_stream_json(self) -> dict[str, Any]:
-        return {
-            "type": "system",
-            "subtype": "init",
-            "session_id": self.session_id,
-            "cwd": self.cwd,
-            "workers": list(self.workers),
-            "tools": list(self.tools),
-            "permissionMode": self.permission_mode,
-            "router": self.router,
-        }
+        return _system(
+            self,
+            "init",
+            cwd=self.cwd,
+            tools=list(self.tools),
+            mcp_servers=[],
+            model=self.model,
+            permissionMode=CLAUDE_MODE_NAMES.get(self.permission_mode, self.permission_mode),
+            slash_commands=[],
+            apiKeySource=self.api_key_source,
+            output_style="default",
+            agents=[],
+            skills=[],
+            plugins=[],
+            fugu_version=__version__,
+            fugu_permission_mode=self.permission_mode,
+            workers=list(self.workers),
+            router=self.router,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,18 +66,17 @@ class RouteChosen(Event):
 
     def to_stream_json(self) -> dict[str, Any]:
         d = self.decision
-        return {
-            "type": "system",
-            "subtype": "route",
-            "session_id": self.session_id,
-            "step": self.step,
-            "worker": d.worker,
-            "source": d.source,
-            "scores": {k: round(float(v), 6) for k, v in d.scores.items()},
-            "latency_ms": round(d.latency_ms, 3),
+        return _system(
+            self,
+            "route",
+            step=self.step,
+            worker=d.worker,
+            source=d.source,
+            scores={k: round(float(v), 6) for k, v in d.scores.items()},
+            latency_ms=round(d.latency_ms, 3),
             **({"role": d.role} if d.role else {}),
             **({"reason": d.reason} if d.reason else {}),
-        }
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,12 +92,29 @@ class TextDelta(Event):
     worker: str
     text: str
 
+    def to_stream_json(self) -> dict[str, Any]:
+        delta = {"type": "text_delta", "text": self.text}
+        return {
+            "type": "stream_event",
+            "uuid": _uuid(),
+            "session_id": self.session_id,
+            "event": {"type": "content_block_delta", "index": 0, "delta": delta},
+            "parent_tool_use_id": None,
+            "worker": self.worker,
+        }
+
 
 @dataclass(frozen=True, kw_only=True)
 class AssistantMessage(Event):
+    """A worker's reply. `model` is its litellm id, `finish_reason` the provider's, `api_ms` how long the
+    call took."""
+
     step: int
     message: Message
     usage: Usage = field(default_factory=Usage)
+    model: str = ""
+    finish_reason: str | None = None
+    api_ms: float = 0.0
 
     def to_stream_json(self) -> dict[str, Any]:
         m = self.message
@@ -89,12 +123,24 @@ class AssistantMessage(Event):
             content.append({"type": "text", "text": m.content})
         for tc in m.tool_calls:
             content.append({"type": "tool_use", "id": tc.id, "name": tc.name, "input": _args(tc)})
+        line_id = _uuid()
         return {
             "type": "assistant",
+            "message": {
+                "id": f"msg_{line_id.replace('-', '')}",
+                "type": "message",
+                "role": "assistant",
+                "model": self.model or m.worker or "",
+                "content": content,
+                "stop_reason": stop_reason(self.finish_reason),
+                "stop_sequence": None,
+                "usage": usage_json(self.usage),
+            },
+            "parent_tool_use_id": None,
             "session_id": self.session_id,
+            "uuid": line_id,
             "step": self.step,
             "worker": m.worker,
-            "message": {"role": "assistant", "content": content, "usage": self.usage.to_json()},
         }
 
 
@@ -114,22 +160,20 @@ class ToolFinished(Event):
 
     def to_stream_json(self) -> dict[str, Any]:
         r = self.result
+        block = {
+            "type": "tool_result",
+            "tool_use_id": r.call_id,
+            "content": r.content,
+            "is_error": r.is_error,
+        }
         return {
             "type": "user",
+            "message": {"role": "user", "content": [block]},
+            "parent_tool_use_id": None,
             "session_id": self.session_id,
+            "uuid": _uuid(),
             "step": self.step,
             "agent": self.worker,
-            "message": {
-                "role": "user",
-                "content": [
-                    {
-                        "type": "tool_result",
-                        "tool_use_id": r.call_id,
-                        "content": r.content,
-                        "is_error": r.is_error,
-                    }
-                ],
-            },
         }
 
 
@@ -140,16 +184,10 @@ class ProviderFailed(Event):
     step: int
     worker: str
     error: str
+    api_ms: float = 0.0  # how long the failed call (with its retries) took
 
     def to_stream_json(self) -> dict[str, Any]:
-        return {
-            "type": "system",
-            "subtype": "provider_error",
-            "session_id": self.session_id,
-            "step": self.step,
-            "worker": self.worker,
-            "error": self.error,
-        }
+        return _system(self, "provider_error", step=self.step, worker=self.worker, error=self.error)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,13 +198,7 @@ class Notice(Event):
     text: str
 
     def to_stream_json(self) -> dict[str, Any]:
-        return {
-            "type": "system",
-            "subtype": "notice",
-            "session_id": self.session_id,
-            "level": self.level,
-            "text": self.text,
-        }
+        return _system(self, "notice", level=self.level, text=self.text)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -195,15 +227,14 @@ class WorkflowPlanned(Event):
     parent_step: int | None = None
 
     def to_stream_json(self) -> dict[str, Any]:
-        return {
-            "type": "system",
-            "subtype": "workflow",
-            "session_id": self.session_id,
-            "workflow": self.workflow,
-            "source": self.source,
-            "steps": [dict(s) for s in self.steps],
+        return _system(
+            self,
+            "workflow",
+            workflow=self.workflow,
+            source=self.source,
+            steps=[dict(s) for s in self.steps],
             **({"parent_step": self.parent_step} if self.parent_step is not None else {}),
-        }
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -235,17 +266,16 @@ class WorkflowStepFinished(Event):
 def _workflow_step(
     e: WorkflowStepStarted | WorkflowStepFinished, kind: str, extra: dict[str, Any]
 ) -> dict[str, Any]:
-    return {
-        "type": "system",
-        "subtype": "workflow_step",
-        "session_id": e.session_id,
-        "event": kind,
-        "workflow": e.workflow,
-        "step": e.step,
-        "worker": e.worker,
+    return _system(
+        e,
+        "workflow_step",
+        event=kind,
+        workflow=e.workflow,
+        step=e.step,
+        worker=e.worker,
         **extra,
         **({"parent_step": e.parent_step} if e.parent_step is not None else {}),
-    }
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -264,21 +294,75 @@ class WorkflowAgentEvent(Event):
 
 
 def result_json(r: TurnResult) -> dict[str, Any]:
-    return {
+    """Claude Code's `result` message for a turn, plus fugu's per-worker breakdown (`workers`) and its own
+    word for how the turn ended (`fugu_status`: an interrupt is `interrupted`, not an execution error)."""
+    stop = stop_reason(r.stop_reason) or ("end_turn" if r.status == "success" else None)
+    data: dict[str, Any] = {
         "type": "result",
-        "subtype": r.status,
+        "subtype": result_subtype(r.status),
         "is_error": r.is_error,
+        "duration_ms": round(r.duration_ms),
+        "duration_api_ms": round(r.duration_api_ms),
         "num_turns": r.num_turns,
         "result": r.result,
+        "stop_reason": stop,
         "session_id": r.session_id,
         "total_cost_usd": round(r.usage.cost_usd, 8),
-        "usage": r.usage.to_json(),
+        "usage": usage_json(r.usage),
+        "modelUsage": model_usage(r.workers),
+        "permission_denials": [d.to_json() for d in r.denied],
+        "terminal_reason": terminal_reason(r.status, r.stop_reason),
+        "uuid": _uuid(),
+        "fugu_status": r.status,
         "workers": {
-            name: {"steps": w.steps, "cost_usd": round(w.cost_usd, 8)} for name, w in r.workers.items()
+            name: {"steps": w.steps, "cost_usd": round(w.cost_usd, 8), "model": w.model}
+            for name, w in r.workers.items()
         },
-        "permission_denials": list(r.denied),
-        **({"error": r.error} if r.error else {}),
     }
+    if r.is_error:
+        data["errors"] = [r.error or r.result or r.status]
+    return data
+
+
+def usage_json(u: Usage) -> dict[str, Any]:
+    """Anthropic's usage shape: `input_tokens` excludes the cached part (OpenAI's prompt_tokens include
+    it), so input + cache_read is what the worker read. `cost_usd` is fugu's."""
+    return {
+        "input_tokens": max(u.prompt_tokens - u.cached_tokens, 0),
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": u.cached_tokens,
+        "output_tokens": u.completion_tokens,
+        "cost_usd": round(u.cost_usd, 8),
+    }
+
+
+def model_usage(workers: Mapping[str, WorkerUsage]) -> dict[str, dict[str, Any]]:
+    """Claude Code's `modelUsage`: tokens and cost keyed by model id (workers sharing a model are summed)."""
+    by_model: dict[str, WorkerUsage] = {}
+    for name, w in workers.items():
+        key = w.model or name
+        by_model[key] = by_model.get(key, WorkerUsage()) + w
+    return {
+        model: {
+            "inputTokens": max(w.prompt_tokens - w.cached_tokens, 0),
+            "outputTokens": w.completion_tokens,
+            "cacheReadInputTokens": w.cached_tokens,
+            "cacheCreationInputTokens": 0,
+            "webSearchRequests": 0,
+            "costUSD": round(w.cost_usd, 8),
+            "contextWindow": 0,
+            "maxOutputTokens": 0,
+        }
+        for model, w in by_model.items()
+    }
+
+
+def _system(source: Event, subtype: str, /, **fields: Any) -> dict[str, Any]:
+    return {"type": "system", "subtype": subtype, "uuid": _uuid(), "session_id": source.session_id, **fields}
+
+
+def _uuid() -> str:
+    return str(uuid.uuid4())
 
 
 def _args(tc: ToolCall) -> Any:

@@ -10,16 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fugu_cli.compat import CLAUDE_PERMISSION_MODES
 from fugu_cli.errors import UsageError
 from fugu_cli.types import PERMISSION_MODES, PermissionMode
 
-# Claude Code's names for the same modes, so programs written for it can drive fugu unchanged.
-CLAUDE_PERMISSION_MODES: dict[str, PermissionMode] = {
-    "default": "ask",
-    "acceptEdits": "auto-edit",
-    "bypassPermissions": "full-auto",
-    "plan": "read-only",
-}
+# Claude Code's names for the same modes are accepted too, so programs written for it drive fugu unchanged.
 PERMISSION_MODE_NAMES: tuple[str, ...] = (*PERMISSION_MODES, *CLAUDE_PERMISSION_MODES)
 
 
@@ -29,6 +24,11 @@ def permission_mode(name: str) -> PermissionMode:
         return name  # type: ignore[return-value]
     if name in CLAUDE_PERMISSION_MODES:
         return CLAUDE_PERMISSION_MODES[name]
+    if name == "auto":
+        raise UsageError(
+            "--permission-mode auto: fugu has no model that judges each tool call; choose acceptEdits "
+            "(edits), bypassPermissions (edits and commands), default or plan"
+        )
     raise UsageError(f"--permission-mode {name}: choose one of {', '.join(PERMISSION_MODE_NAMES)}")
 
 
@@ -50,6 +50,12 @@ class RunOptions:
     ultra: bool | None = None
     plan: Path | None = None  # --plan FILE: the workflow ultra mode runs instead of asking the conductor
     trust_project: bool = False  # obey the repository's own .fugu/config.toml in full for this run
+    system_prompt: str | None = None  # replaces fugu's own instructions (project files are still added)
+    append_system_prompt: str | None = None  # added after them
+    allow: tuple[str, ...] = ()  # permission rules on top of the configured ones ("shell:git status")
+    deny: tuple[str, ...] = ()
+    hidden_tools: tuple[str, ...] = ()  # tools the workers do not see
+    only_tools: tuple[str, ...] | None = None  # the workers see these tools and no others
 
     def overrides(self) -> dict[str, Any]:
         """The configuration layer these options make (the top one: flags beat every file)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,11 +17,21 @@ from typing import Protocol
 
 from fugu_cli.agent import Agent, AgentDeps, Limits, TurnIO
 from fugu_cli.errors import UsageError
-from fugu_cli.events import Emit, Notice, SessionStarted, TurnFinished, ignore
+from fugu_cli.events import (
+    AssistantMessage,
+    Emit,
+    Event,
+    Notice,
+    ProviderFailed,
+    SessionStarted,
+    TurnFinished,
+    WorkflowAgentEvent,
+    ignore,
+)
 from fugu_cli.ledger import Ledger
 from fugu_cli.router import Router
 from fugu_cli.store import Store
-from fugu_cli.types import FallBack, Message, RouteDecision, RouteState, TurnResult, Worker
+from fugu_cli.types import FallBack, Message, PermissionMode, RouteDecision, RouteState, TurnResult, Worker
 
 log = logging.getLogger("fugu")
 
@@ -98,6 +109,11 @@ class Session:
             raise UsageError("ultra mode is not available in this session (no conductor was built)")
         self.config.ultra = on
 
+    def set_permission_mode(self, mode: PermissionMode) -> None:
+        """Change what tools may do from the next tool call on."""
+        self.deps.agent.tool_ctx.policy.mode = mode
+        self.config.permission_mode = mode
+
     def set_worker(self, name: str | None) -> None:
         """Force a worker for the following steps (None: back to the router)."""
         if name is not None and name not in self.workers:
@@ -119,17 +135,10 @@ class Session:
             self._catch_up()
             self.turn += 1
             turn = self.turn
+            clock = _TurnClock(emit)
+            emit = clock.emit
             io = TurnIO(emit=emit, cancel=cancel, stream=self.config.stream if stream is None else stream)
-            emit(
-                SessionStarted(
-                    session_id=self.id,
-                    cwd=str(self.config.root),
-                    workers=tuple(self.workers),
-                    tools=tuple(self.deps.agent.tools.names()),
-                    permission_mode=self.config.permission_mode,
-                    router=self.config.router_name,
-                )
-            )
+            emit(self._started())
             for notice in self.config.notices:
                 emit(Notice(session_id=self.id, level="warning", text=notice))
             self.config.notices = ()
@@ -156,9 +165,24 @@ class Session:
                 result = outcome
             else:
                 result = fugu_turn()
+            result = dataclasses.replace(result, duration_ms=clock.wall_ms(), duration_api_ms=clock.api_ms)
             store.finish_turn(self.id, turn, result.status, result.result, result.usage.cost_usd)
             emit(TurnFinished(session_id=self.id, result=result))
             return result
+
+    def _started(self) -> SessionStarted:
+        forced = self.workers.get(self.config.forced_worker or "")
+        keys = sorted({w.api_key_env for w in self.deps.pool if w.api_key_env})
+        return SessionStarted(
+            session_id=self.id,
+            cwd=str(self.config.root),
+            workers=tuple(self.workers),
+            tools=tuple(self.deps.agent.tools.names()),
+            permission_mode=self.config.permission_mode,
+            router=self.config.router_name,
+            model=forced.model if forced else "auto",
+            api_key_source=",".join(keys) or "none",
+        )
 
     def _picker(self, emit: Emit) -> Callable[[RouteState], RouteDecision]:
         def pick(state: RouteState) -> RouteDecision:
@@ -238,3 +262,26 @@ class Session:
                 if restored:
                     return restored
         raise UsageError("nothing to undo: no turn of this session has changed files")
+
+
+class _TurnClock:
+    """A turn's wall time, and the time its LLM calls took (every agent's, failed calls included), read
+    from the events the turn emits on their way out."""
+
+    def __init__(self, emit: Emit) -> None:
+        self._emit = emit
+        self._started = time.monotonic()
+        self._lock = threading.Lock()
+        self.api_ms = 0.0
+
+    def emit(self, event: Event) -> None:
+        inner = event
+        while isinstance(inner, WorkflowAgentEvent):
+            inner = inner.inner
+        if isinstance(inner, AssistantMessage | ProviderFailed):
+            with self._lock:  # ultra mode's steps run in threads
+                self.api_ms += inner.api_ms
+        self._emit(event)
+
+    def wall_ms(self) -> float:
+        return (time.monotonic() - self._started) * 1000.0

@@ -197,11 +197,31 @@ class Completion:
 
 @dataclass(frozen=True)
 class WorkerUsage:
+    """What one worker did in a turn: its steps, their cost and tokens, and its litellm model id."""
+
     steps: int = 0
     cost_usd: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    model: str = ""
 
     def __add__(self, other: WorkerUsage) -> WorkerUsage:
-        return WorkerUsage(self.steps + other.steps, self.cost_usd + other.cost_usd)
+        return WorkerUsage(
+            self.steps + other.steps,
+            self.cost_usd + other.cost_usd,
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.cached_tokens + other.cached_tokens,
+            self.model or other.model,
+        )
+
+    @classmethod
+    def of_step(cls, model: str, usage: Usage) -> WorkerUsage:
+        """One step's worth."""
+        return cls(
+            1, usage.cost_usd, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, model
+        )
 
 
 def add_workers(*parts: Mapping[str, WorkerUsage]) -> dict[str, WorkerUsage]:
@@ -214,15 +234,48 @@ def add_workers(*parts: Mapping[str, WorkerUsage]) -> dict[str, WorkerUsage]:
 
 
 @dataclass(frozen=True)
+class Denial:
+    """A tool call the permission policy (or the user) refused, as Claude Code reports it, plus the reason."""
+
+    tool_name: str
+    tool_use_id: str
+    tool_input: Mapping[str, Any]
+    reason: str = ""
+
+    @classmethod
+    def of(cls, call: ToolCall, reason: str) -> Denial:
+        try:
+            parsed = json.loads(call.arguments or "{}")
+        except ValueError:
+            parsed = {"_raw": call.arguments}
+        tool_input = parsed if isinstance(parsed, dict) else {"_raw": call.arguments}
+        return cls(call.name, call.id, tool_input, reason)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tool_name": self.tool_name,
+            "tool_use_id": self.tool_use_id,
+            "tool_input": dict(self.tool_input),
+        }
+
+
+@dataclass(frozen=True)
 class TurnResult:
+    """How a turn ended. `duration_ms` (wall) and `duration_api_ms` (time in LLM calls) are set by the
+    session; `stop_reason` is the last reply's finish reason (None when the last step was cut while the
+    worker was still answering)."""
+
     status: TurnStatus
     result: str
     session_id: str
     num_turns: int
     usage: Usage
     workers: Mapping[str, WorkerUsage] = field(default_factory=dict)
-    denied: tuple[str, ...] = ()
+    denied: tuple[Denial, ...] = ()
     error: str | None = None
+    duration_ms: float = 0.0
+    duration_api_ms: float = 0.0
+    stop_reason: str | None = None
 
     @property
     def is_error(self) -> bool:
@@ -248,6 +301,7 @@ class FallBack:
             workers=add_workers(self.workers, result.workers),
             denied=result.denied,
             error=result.error,
+            stop_reason=result.stop_reason,
         )
 
 

@@ -182,7 +182,7 @@ def fugu_summary(result: TurnResult, tracker: Tracker) -> dict[str, Any]:
             n: {"steps": w.steps, "cost_usd": round(w.cost_usd, 8)} for n, w in result.workers.items()
         },
         "steps": tracker.steps,
-        "permission_denials": list(result.denied),
+        "permission_denials": [d.to_json() for d in result.denied],
     }
 
 

@@ -1,28 +1,38 @@
 """`fugu TASK` / `fugu -p`: build a session via app.py, render its events, print the answer, map exit codes;
-without a task (and nothing piped), the REPL.
+without a task (and nothing piped), the REPL. With `--input-format stream-json` it is a conversation: user
+messages and control requests arrive as JSON lines on stdin (ui/stream.py), one turn per message.
 
 Renders text (compact progress lines on stderr, the answer on stdout), json (one object) or stream-json
-(a line per event).
+(a line per event, Claude Code's shapes). Signals are ui/stop.py's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
-import os
-import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO
 
-from fugu_cli.errors import FuguError
-from fugu_cli.events import Event, result_json
+from fugu_cli.errors import FuguError, UsageError
+from fugu_cli.events import (
+    AssistantMessage,
+    Event,
+    SessionStarted,
+    TurnFinished,
+    WorkflowAgentEvent,
+    result_json,
+)
 from fugu_cli.options import RunOptions
-from fugu_cli.types import TurnResult, dumps
+from fugu_cli.session import Session
+from fugu_cli.types import TurnResult, Usage, WorkerUsage
 from fugu_cli.ui.phrases import err
+from fugu_cli.ui.stop import GRACE_S, GaveUp, Stopper
+from fugu_cli.ui.stream import Asker, Controls, Inbox, LineWriter, UserTurn, stdin_lines
 
 log = logging.getLogger("fugu")
 
@@ -33,6 +43,10 @@ EXIT_CODES = {
     "error_during_execution": 1,
     "interrupted": 130,
 }
+HOW_TO_ALLOW = (
+    "allow them with --permission-mode acceptEdits (edits) or bypassPermissions / --yes (edits and "
+    "commands), or some of them with --allowedTools 'Bash(pytest:*),Edit'"
+)
 
 
 @dataclass(frozen=True)
@@ -42,9 +56,78 @@ class Output:
     task: str = ""
     print_mode: bool = False
     format: str = "text"  # text | json | stream-json
+    input_format: str = "text"  # text | stream-json
+    ask_client: bool = False  # --permission-prompt-tool stdio: the client answers permission questions
+    notes: tuple[str, ...] = ()  # flags honoured only partly: said once on stderr
 
 
-def main(opts: RunOptions, out: Output) -> int:
+@dataclass(frozen=True)
+class Flags:
+    """The run command's flags in Claude Code's vocabulary, as given; `settle` folds them into the options."""
+
+    model: str | None = None
+    permission_mode: str | None = None
+    yes: bool = False
+    allowed_tools: tuple[str, ...] = ()
+    disallowed_tools: tuple[str, ...] = ()
+    tools: str | None = None
+    system_prompt: str | None = None
+    system_prompt_file: Path | None = None
+    append_system_prompt: str | None = None
+    prompt_tool: str | None = None
+    partial: bool = False
+
+
+def settle(opts: RunOptions, out: Output, flags: Flags) -> tuple[RunOptions, Output]:
+    """Run options and output with `flags` folded in; a UsageError says what fugu cannot honour."""
+    from fugu_cli.compat import tool_rules
+    from fugu_cli.options import permission_mode
+
+    if opts.worker and flags.model and flags.model != opts.worker:
+        raise UsageError(f"--worker {opts.worker} and --model {flags.model} disagree; give one of them")
+    if flags.prompt_tool is not None and (flags.prompt_tool != "stdio" or out.input_format != "stream-json"):
+        raise UsageError(
+            f"--permission-prompt-tool {flags.prompt_tool}: fugu can ask only its stream-json client "
+            "(--permission-prompt-tool stdio --input-format stream-json), not an MCP tool"
+        )
+    prompt = flags.system_prompt
+    if flags.system_prompt_file is not None:
+        try:
+            prompt = flags.system_prompt_file.read_text(encoding="utf-8-sig")
+        except OSError as e:
+            raise UsageError(f"--system-prompt-file {flags.system_prompt_file}: {e.strerror or e}") from None
+    rules = tool_rules(flags.allowed_tools, flags.disallowed_tools, flags.tools)
+    partial = flags.partial and out.format == "stream-json"
+    notes = ("--include-partial-messages: fugu sends the workers' text deltas only",) if partial else ()
+    mode = permission_mode(flags.permission_mode) if flags.permission_mode else None
+    opts = dataclasses.replace(
+        opts,
+        worker=opts.worker or flags.model,
+        permission_mode="full-auto" if flags.yes else mode,
+        stream=opts.stream or partial,
+        system_prompt=prompt or None,
+        append_system_prompt=flags.append_system_prompt or None,
+        allow=rules.allow,
+        deny=rules.deny,
+        hidden_tools=rules.remove,
+        only_tools=rules.only,
+    )
+    out = dataclasses.replace(
+        out, ask_client=flags.prompt_tool == "stdio", notes=(*out.notes, *notes, *rules.notes)
+    )
+    return opts, out
+
+
+def main(opts: RunOptions, out: Output, flags: Flags | None = None) -> int:
+    try:
+        opts, out = settle(opts, out, flags or Flags())
+    except UsageError as e:
+        err(str(e))
+        return e.exit_code
+    for note in out.notes:
+        err(note)
+    if out.input_format == "stream-json":
+        return _guarded(lambda: _conversation(opts, out))
     task = out.task
     if not sys.stdin.isatty():
         piped = sys.stdin.read()
@@ -56,8 +139,12 @@ def main(opts: RunOptions, out: Output) -> int:
         from fugu_cli.ui import repl
 
         return repl.main(opts)
+    return _guarded(lambda: _one_shot(opts, out, task))
+
+
+def _guarded(run: Callable[[], int]) -> int:
     try:
-        return _one_shot(opts, out, task)
+        return run()
     except FuguError as e:
         err(str(e))
         return e.exit_code
@@ -71,46 +158,146 @@ def main(opts: RunOptions, out: Output) -> int:
 
 def _one_shot(opts: RunOptions, out: Output, task: str) -> int:
     from fugu_cli.app import build_session
+
+    with Stopper().installed() as stopper:  # a signal while the session is built still ends in a result
+        session = build_session(opts)
+        _say_refusals(session, opts)
+        result = _turn(session, task, _Render(out.format, sys.stdout), stopper)
+    _final(out.format, result, sys.stdout)
+    return stopper.code or EXIT_CODES[result.status]
+
+
+def _conversation(opts: RunOptions, out: Output) -> int:
+    """Turns from stdin until it ends (or a signal stops the run); the exit code is the last turn's."""
+    if out.format != "stream-json":
+        raise UsageError("--input-format stream-json needs --output-format stream-json")
+    from fugu_cli.app import build_session
+
+    render = _Render(out.format, sys.stdout)
+    stopper = Stopper()
+    asker = Asker(render.lines, stopper.interrupt) if out.ask_client else None
+    session = build_session(opts, approver=asker)
+    if asker is None:
+        _say_refusals(session, opts)
+    else:
+        render.observers.append(asker.see)
+    code = 0
+    with stopper.installed():
+        inbox = Inbox(stdin_lines(), render.lines, _controls(session, stopper, asker), asker).start()
+        pending: list[UserTurn] = [UserTurn(out.task)] if out.task.strip() else []
+        while stopper.code is None:
+            item = pending.pop(0) if pending else inbox.next(0.1)
+            if item is None:
+                break
+            if isinstance(item, UserTurn):
+                code = EXIT_CODES[_turn(session, item.text, render, stopper).status]
+    return stopper.code or code
+
+
+def _turn(session: Session, text: str, render: _Render, stopper: Stopper) -> TurnResult:
     from fugu_cli.ui.turn import TurnThread
 
-    session = build_session(opts)
-    turn = TurnThread(session, task, _renderer(out.format, sys.stdout))
-    with _interrupt_sets(turn.cancel):
-        result = turn.run()
-    _final(out.format, result, sys.stdout)
-    return EXIT_CODES[result.status]
-
-
-@contextmanager
-def _interrupt_sets(cancel: threading.Event) -> Iterator[None]:
-    """The first Ctrl-C asks the turn to stop (it records the cut step); a second one exits at once."""
-
-    def on_sigint(signum: int, frame: object) -> None:
-        if cancel.is_set():
-            err("interrupted")
-            os._exit(130)
-        cancel.set()
-
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    turn = TurnThread(session, text, render.on_event)
+    stopper.attach(turn.cancel)
     try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+        return turn.run(wait=stopper.wait)
+    except GaveUp:
+        result = render.cut(session.id)
+        render.on_event(TurnFinished(session_id=session.id, result=result))
+        render.closed = True  # the stuck turn may still emit; nothing of it reaches stdout now
+        return result
 
 
-def _renderer(output_format: str, out: IO[str]) -> Callable[[Event], None]:
-    if output_format == "stream-json":
+def _controls(session: Session, stopper: Stopper, asker: Asker | None) -> Controls:
+    from fugu_cli.app import worker_named
+    from fugu_cli.options import permission_mode
 
-        def stream(event: Event) -> None:
-            data = event.to_stream_json()
-            if data is not None:
-                out.write(dumps(data) + "\n")
-                out.flush()
+    def models() -> list[dict[str, str]]:
+        auto = {"value": "auto", "displayName": "auto", "description": "the router picks a worker per step"}
+        rows = [
+            {"value": w.name, "displayName": w.name, "description": w.description or w.model}
+            for w in session.deps.pool
+        ]
+        return [auto, *rows]
 
-        return stream
-    from fugu_cli.ui.render import Renderer, make_console
+    def interrupt() -> None:
+        stopper.interrupt()
+        if asker is not None:  # a question the turn waits on will not be answered now
+            asker.close()
+            asker.reopen()
 
-    return Renderer(make_console(stderr=True), compact=True).on_event
+    return Controls(
+        models=models,
+        interrupt=interrupt,
+        set_permission_mode=lambda name: session.set_permission_mode(permission_mode(name)),
+        set_model=lambda model: session.set_worker(worker_named(session.deps.pool, model)),
+    )
+
+
+def _say_refusals(session: Session, opts: RunOptions) -> None:
+    """Without a terminal nobody can approve: say so at the start, with how to allow what the run needs."""
+    if session.config.permission_mode != "ask" or opts.permission_mode is not None:
+        return
+    which = "that no allow rule covers " if session.deps.agent.tool_ctx.policy.allow else ""
+    err(f"edits and shell commands {which}will be refused: there is no terminal to ask; {HOW_TO_ALLOW}")
+
+
+class _Render:
+    """Where a turn's events go (a line each in stream-json, progress lines on stderr otherwise), and what
+    they add up to, for a turn that cannot finish after a forced stop."""
+
+    def __init__(self, output_format: str, out: IO[str]) -> None:
+        self.format = output_format
+        self.lines = LineWriter(out)
+        self.closed = False
+        self.observers: list[Callable[[Event], None]] = []
+        self._show: Callable[[Event], None] | None = None
+        if output_format != "stream-json":
+            from fugu_cli.ui.render import Renderer, make_console
+
+            self._show = Renderer(make_console(stderr=True), compact=True).on_event
+        self._started = time.monotonic()
+        self._seen: list[AssistantMessage] = []
+
+    def on_event(self, event: Event) -> None:
+        if self.closed:
+            return
+        self._count(event)
+        for observe in self.observers:
+            observe(event)
+        if self._show is not None:
+            self._show(event)
+            return
+        data = event.to_stream_json()
+        if data is not None:
+            self.lines.write(data)
+
+    def _count(self, event: Event) -> None:
+        if isinstance(event, SessionStarted):
+            self._started, self._seen = time.monotonic(), []
+        while isinstance(event, WorkflowAgentEvent):
+            event = event.inner
+        if isinstance(event, AssistantMessage):
+            self._seen.append(event)
+
+    def cut(self, session_id: str) -> TurnResult:
+        """The result of a turn that did not finish within GRACE_S of a forced stop, from its events."""
+        workers: dict[str, WorkerUsage] = {}
+        for m in self._seen:
+            name = m.message.worker or m.model
+            workers[name] = workers.get(name, WorkerUsage()) + WorkerUsage.of_step(m.model, m.usage)
+        error = f"interrupted; the turn did not stop within {GRACE_S:g} s and was abandoned"
+        return TurnResult(
+            status="interrupted",
+            result=error,
+            session_id=session_id,
+            num_turns=len(self._seen),
+            usage=sum((m.usage for m in self._seen), Usage()),
+            workers=workers,
+            error=error,
+            duration_ms=(time.monotonic() - self._started) * 1000.0,
+            duration_api_ms=sum(m.api_ms for m in self._seen),
+        )
 
 
 def _final(output_format: str, result: TurnResult, out: IO[str]) -> None:
@@ -122,10 +309,8 @@ def _final(output_format: str, result: TurnResult, out: IO[str]) -> None:
         else:
             err(result.error or result.status)
         if result.denied:
-            err(
-                f"{len(result.denied)} tool call(s) were refused: "
-                + "; ".join(d[:120] for d in result.denied)
-            )
+            refused = "; ".join(f"{d.tool_name}: {d.reason[:120]}" for d in result.denied)
+            err(f"{len(result.denied)} tool call(s) were refused: {refused}")
         cost = f"${result.usage.cost_usd:.4f}"
         used = ", ".join(f"{n} ×{w.steps}" for n, w in result.workers.items())
         print(

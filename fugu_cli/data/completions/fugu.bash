@@ -23,8 +23,17 @@ _fugu() {
         "|--max-turns") return ;;
         "|--max-budget-usd") return ;;
         "|--worker") return ;;
+        "|--model") return ;;
         "|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        "|--permission-mode") COMPREPLY=($(compgen -W "ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan" -- "$cur")); return ;;
+        "|--permission-mode") COMPREPLY=($(compgen -W "ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan dontAsk" -- "$cur")); return ;;
+        "|--allowedTools"|"|--allowed-tools") return ;;
+        "|--disallowedTools"|"|--disallowed-tools") return ;;
+        "|--tools") return ;;
+        "|--system-prompt") return ;;
+        "|--system-prompt-file") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "|--append-system-prompt") return ;;
+        "|--input-format") COMPREPLY=($(compgen -W "text stream-json" -- "$cur")); return ;;
+        "|--permission-prompt-tool") return ;;
         "|--resume"|"|-r") return ;;
         "|--router") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "|--cost-weight") return ;;
@@ -43,7 +52,7 @@ _fugu() {
         "serve|--host") return ;;
         "serve|--port") return ;;
         "serve|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        "serve|--permission-mode") COMPREPLY=($(compgen -W "ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan" -- "$cur")); return ;;
+        "serve|--permission-mode") COMPREPLY=($(compgen -W "ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan dontAsk" -- "$cur")); return ;;
         "serve|--api-key") return ;;
         "sessions|--limit"|"sessions|-n") return ;;
         "router train|--data") COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -65,7 +74,7 @@ _fugu() {
     esac
     local opts="" subs=""
     case "$sub" in
-        "") opts="-p --print --output-format --max-turns --max-budget-usd --worker --pool --permission-mode --yes -y --continue -c --resume -r --router --cost-weight --ultra --plan --verbose --trust-project --debug --version --help" subs="pool doctor completion demo eval serve sessions router" ;;
+        "") opts="-p --print --output-format --max-turns --max-budget-usd --worker --model --pool --permission-mode --allowedTools --allowed-tools --disallowedTools --disallowed-tools --tools --system-prompt --system-prompt-file --append-system-prompt --input-format --permission-prompt-tool --include-partial-messages --yes -y --continue -c --resume -r --router --cost-weight --ultra --plan --verbose --trust-project --debug --version --help" subs="pool doctor completion demo eval serve sessions router" ;;
         "pool") opts="--pool --json --help" subs="" ;;
         "doctor") opts="--pool --help" subs="" ;;
         "completion") opts="--help" subs="" ;;

@@ -25,8 +25,17 @@ _fugu() {
         '|--max-turns') return ;;
         '|--max-budget-usd') return ;;
         '|--worker') return ;;
+        '|--model') return ;;
         '|--pool') _files; return ;;
-        '|--permission-mode') compadd -- ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan; return ;;
+        '|--permission-mode') compadd -- ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan dontAsk; return ;;
+        '|--allowedTools'|'|--allowed-tools') return ;;
+        '|--disallowedTools'|'|--disallowed-tools') return ;;
+        '|--tools') return ;;
+        '|--system-prompt') return ;;
+        '|--system-prompt-file') _files; return ;;
+        '|--append-system-prompt') return ;;
+        '|--input-format') compadd -- text stream-json; return ;;
+        '|--permission-prompt-tool') return ;;
         '|--resume'|'|-r') return ;;
         '|--router') _files; return ;;
         '|--cost-weight') return ;;
@@ -45,7 +54,7 @@ _fugu() {
         'serve|--host') return ;;
         'serve|--port') return ;;
         'serve|--pool') _files; return ;;
-        'serve|--permission-mode') compadd -- ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan; return ;;
+        'serve|--permission-mode') compadd -- ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan dontAsk; return ;;
         'serve|--api-key') return ;;
         'sessions|--limit'|'sessions|-n') return ;;
         'router train|--data') _files; return ;;
@@ -68,7 +77,7 @@ _fugu() {
     local -a items
     case "$sub" in
         '')
-            if [[ "$cur" == -* ]]; then items=('-p:Run the task non-interactively and exit.' '--print:Run the task non-interactively and exit.' '--output-format:text, json (one object) or stream-json (a line per event).' '--max-turns:Most steps per task.' '--max-budget-usd:Stop when the task has cost this much.' '--worker:Force this worker for every step.' '--pool:A TOML file of [[workers]].' '--permission-mode:ask, auto-edit, full-auto or read-only (or Claude Code'\''s names for them).' '--yes:Allow edits and commands (same as full-auto).' '-y:Allow edits and commands (same as full-auto).' '--continue:Continue the last session here.' '-c:Continue the last session here.' '--resume:Resume the session with this id.' '-r:Resume the session with this id.' '--router:A router checkpoint directory, '\''default'\'' or '\''prior'\''.' '--cost-weight:λ: how much the router trades quality for cost.' '--ultra:Let a conductor plan a multi-worker workflow.' '--plan:Run this workflow file (ultra mode).' '--verbose:Show route decisions and tool calls on stderr.' '--trust-project:Obey this repository'\''s .fugu/config.toml in full (workers, permissions).' '--debug:Also print fugu'\''s log (kept in FUGU_HOME/logs) on stderr.' '--version:Print the version and exit.' '--help:Show this message and exit.'); else items=('pool:List the workers: usable or not (and why), model, price.' 'doctor:Check this machine and folder: versions, keys, usable workers, the router a session would use.' 'completion:Print the shell completion script (where to put it: README.md, Shell completions).' 'demo:Replay a recorded multi-worker session offline: see fugu work without a key.' 'eval:Run a task suite per worker and per mode, score each run by the task'\''s check, and store the rewards that router training learns from. Without --worker/--mode: every usable worker and fugu.' 'serve:Serve an OpenAI-compatible endpoint: models fugu, fugu-ultra and fugu/<worker>.' 'sessions:List and inspect past sessions.' 'router:Inspect, train and judge routers.'); fi ;;
+            if [[ "$cur" == -* ]]; then items=('-p:Run the task non-interactively and exit.' '--print:Run the task non-interactively and exit.' '--output-format:text, json (one object) or stream-json (a line per event).' '--max-turns:Most steps per task.' '--max-budget-usd:Stop when the task has cost this much.' '--worker:Force this worker for every step.' '--model:Force a worker by name or litellm model id; auto: the router picks.' '--pool:A TOML file of [[workers]].' '--permission-mode:ask, auto-edit, full-auto or read-only (or Claude Code'\''s default, acceptEdits, bypassPermissions, plan, dontAsk).' '--allowedTools:Allow these without asking: Bash(git status:*),Edit.' '--allowed-tools:Allow these without asking: Bash(git status:*),Edit.' '--disallowedTools:Refuse these: Bash(rm:*),Write.' '--disallowed-tools:Refuse these: Bash(rm:*),Write.' '--tools:The only tools the workers see (default: all; '\'''\'': none).' '--system-prompt:Replace fugu'\''s instructions to the workers.' '--system-prompt-file:Replace them with this file'\''s text.' '--append-system-prompt:Add this to fugu'\''s instructions.' '--input-format:text, or stream-json: user messages as JSON lines on stdin.' '--permission-prompt-tool:stdio (with --input-format stream-json): ask the client before edits and commands.' '--include-partial-messages:stream-json: also send the workers'\'' text as it comes.' '--yes:Allow edits and commands (same as full-auto).' '-y:Allow edits and commands (same as full-auto).' '--continue:Continue the last session here.' '-c:Continue the last session here.' '--resume:Resume the session with this id.' '-r:Resume the session with this id.' '--router:A router checkpoint directory, '\''default'\'' or '\''prior'\''.' '--cost-weight:λ: how much the router trades quality for cost.' '--ultra:Let a conductor plan a multi-worker workflow.' '--plan:Run this workflow file (ultra mode).' '--verbose:Show route decisions and tool calls on stderr.' '--trust-project:Obey this repository'\''s .fugu/config.toml in full (workers, permissions).' '--debug:Also print fugu'\''s log (kept in FUGU_HOME/logs) on stderr.' '--version:Print the version and exit.' '--help:Show this message and exit.'); else items=('pool:List the workers: usable or not (and why), model, price.' 'doctor:Check this machine and folder: versions, keys, usable workers, the router a session would use.' 'completion:Print the shell completion script (where to put it: README.md, Shell completions).' 'demo:Replay a recorded multi-worker session offline: see fugu work without a key.' 'eval:Run a task suite per worker and per mode, score each run by the task'\''s check, and store the rewards that router training learns from. Without --worker/--mode: every usable worker and fugu.' 'serve:Serve an OpenAI-compatible endpoint: models fugu, fugu-ultra and fugu/<worker>.' 'sessions:List and inspect past sessions.' 'router:Inspect, train and judge routers.'); fi ;;
         'pool')
             if [[ "$cur" == -* ]]; then items=('--pool:A TOML file of [[workers]].' '--json:Print JSON.' '--help:Show this message and exit.'); else items=(); fi ;;
         'doctor')

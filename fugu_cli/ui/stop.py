@@ -1,0 +1,112 @@
+"""Stopping a headless run. The first Ctrl-C asks the turn to stop after the call or command it is in; SIGTERM
+or a second Ctrl-C also kills the commands the turn started, so the turn ends at once, still writing its
+result and its cut step's ledger row; the run then exits 143 (SIGTERM) or 130 (SIGINT).
+
+Signals reach Python's main thread only, so the turn runs on another (ui/turn.py) and the main thread waits
+here. If the turn cannot finish within `GRACE_S` of a forced stop, the caller writes what it knows.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+GRACE_S = 5.0
+_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+class GaveUp(Exception):
+    """The turn did not finish within GRACE_S of a forced stop."""
+
+
+class Stopper:
+    """What the signals asked for: `code` is the exit code once a signal came (None before)."""
+
+    def __init__(self) -> None:
+        self.code: int | None = None
+        self._cancel: threading.Event | None = None
+        self._forced_at: float | None = None
+        self._lock = threading.Lock()
+
+    def attach(self, cancel: threading.Event) -> None:
+        """The cancel flag of the turn now running."""
+        with self._lock:
+            self._cancel = cancel
+        if self.code is not None:
+            cancel.set()
+
+    @contextmanager
+    def installed(self) -> Iterator[Stopper]:
+        """Handle SIGINT and SIGTERM while the run lasts."""
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in _CODES}
+        try:
+            yield self
+        finally:
+            for sig, handler in previous.items():
+                # once stopping, a further Ctrl-C must not cut the result short while the process exits
+                signal.signal(sig, signal.SIG_IGN if self.code is not None else handler)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        first = self.code is None
+        self.code = _CODES.get(signal.Signals(signum), 130)
+        if signum == signal.SIGINT and first:
+            self._cancel_turn()
+        else:
+            self.force()
+
+    def interrupt(self) -> None:
+        """Stop the running turn now (an SDK's interrupt request), killing its commands; the run goes on."""
+        self._cancel_turn()
+        kill_commands()
+
+    def force(self) -> None:
+        if self._forced_at is None:
+            self._forced_at = time.monotonic()
+        self._cancel_turn()
+        kill_commands()
+
+    def wait(self, seconds: float) -> None:
+        """TurnThread's wait: sleep, and give up on a turn that outlives a forced stop by GRACE_S."""
+        time.sleep(seconds)
+        if self._forced_at is not None and time.monotonic() - self._forced_at > GRACE_S:
+            raise GaveUp
+
+    def _cancel_turn(self) -> None:
+        with self._lock:
+            if self._cancel is not None:
+                self._cancel.set()
+
+
+def kill_commands() -> None:
+    """Kill the process groups of this process's children that lead their own group: the shell tool starts
+    every command that way, and nothing a command started may outlive the stop."""
+    me, own_group = os.getpid(), os.getpgrp()
+    for pid in _children(me):
+        try:
+            if os.getpgid(pid) == pid != own_group:
+                os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _children(parent: int) -> list[int]:
+    proc = Path("/proc")
+    if proc.is_dir():
+        out = []
+        for stat in proc.glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[1]) == parent:
+                out.append(int(stat.parent.name))
+        return out
+    import subprocess
+
+    found = subprocess.run(["pgrep", "-P", str(parent)], capture_output=True, text=True, check=False)
+    return [int(p) for p in found.stdout.split()]
