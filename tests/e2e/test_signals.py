@@ -15,7 +15,7 @@ from tests.helpers import call, fugu, make_repo, tool_reply
 from tests.loopback import LoopbackServer
 from tests.sdk_kit import parsed, pool_file
 
-# a unique argument finds the sleeper from outside (its pid inside the sandbox's PID namespace means nothing here)
+# a unique argument finds the sleeper from outside: inside the sandbox's PID namespace its pid differs
 SLEEPER = "sleep 6071 & echo started > sleeper.pid; wait"
 
 
