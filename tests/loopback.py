@@ -300,7 +300,10 @@ def _openai_completion(reply: dict[str, Any], body: Any) -> dict[str, Any]:
         "object": "chat.completion",
         "created": int(time.time()),
         "model": body.get("model", "unknown"),
-        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+        "choices": [
+            {"index": i, "message": message, "finish_reason": "tool_calls" if calls else "stop"}
+            for i in range(int(body.get("n") or 1))  # `n` copies, as a provider gives n samples
+        ],
         "usage": usage,
     }
 

@@ -24,7 +24,7 @@ log = logging.getLogger("fugu")
 
 
 class _Uvicorn(uvicorn.Server):
-    """uvicorn, cancelling every running turn as soon as it starts to stop (a turn can take minutes)."""
+    """uvicorn, cancelling every running turn as soon as it starts to stop (a turn can take minutes), and\nexiting 0 after SIGINT or SIGTERM."""
 
     def __init__(self, config: uvicorn.Config, hub: Hub) -> None:
         super().__init__(config)
@@ -33,6 +33,7 @@ class _Uvicorn(uvicorn.Server):
     def handle_exit(self, sig: int, frame: Any) -> None:
         self.hub.stop()
         super().handle_exit(sig, frame)
+        self._captured_signals.clear()  # a stop asked for is a clean exit (0), not death by the signal
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.hub.stop()

@@ -76,6 +76,15 @@ class AgentSessions:
     def slot_for(self, req: ChatRequest) -> tuple[Slot, list[Message]]:
         """The session this request continues and the messages it brings that the session has not seen;
         or a new session seeded with the request's history."""
+        names = self.resolved.names
+        if req.worker is not None and req.worker not in names:
+            usable = ", ".join(f"fugu/{n}" for n in names)
+            raise ApiError(
+                404,
+                f"The model fugu/{req.worker} does not exist: usable workers are {usable}",
+                code="model_not_found",
+                param="model",
+            )
         if req.session:
             return self._named(req.session, req.session), []
         digests = chain(req.messages)
