@@ -25,7 +25,7 @@ log = logging.getLogger("fugu")
 
 class _Uvicorn(uvicorn.Server):
     """uvicorn, cancelling every running turn as soon as it starts to stop (a turn can take minutes), and
-exiting 0 after SIGINT or SIGTERM."""
+    exiting 0 after SIGINT or SIGTERM."""
 
     def __init__(self, config: uvicorn.Config, hub: Hub) -> None:
         super().__init__(config)
