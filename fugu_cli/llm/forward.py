@@ -1,9 +1,10 @@
 """Pass-through calls: a client's own chat-completions request (its messages, tools and parameters) sent to
-one worker through litellm, the reply handed back in OpenAI's shape, whole or as chunks, with usage and cost.
+one worker, the reply handed back in OpenAI's shape, whole or as chunks, with usage and cost.
 
+OpenAI-compatible workers are posted to directly (direct.py); every other provider goes through litellm.
 Same retries as the agent's client (`with_retries`); a stream is retried only until its first chunk arrives.
 Parameters are never dropped silently: a provider that cannot take one makes a `RequestRejected`.
-litellm is reached through `load_litellm` only. Never prints.
+litellm is reached through `load_litellm` only (prices included). Never prints.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, TypeVar
 
 from fugu_cli.errors import Interrupted, ProviderError
 from fugu_cli.llm.client import ClientConfig, endpoint, load_litellm, with_retries
+from fugu_cli.llm.direct import DirectClient, is_openai_compatible
 from fugu_cli.llm.parse import usage_from
 from fugu_cli.llm.pricing import PriceBook
 from fugu_cli.types import Usage, Worker
@@ -102,9 +104,11 @@ class Forwarder:
     def __init__(self, config: ClientConfig | None = None) -> None:
         self.config = config or ClientConfig()
         self.prices = PriceBook(load_litellm)
+        self.direct = DirectClient(self.config.timeout_s)
 
     def warm(self) -> None:
         load_litellm()
+        self.direct.warm()
 
     def complete(
         self, worker: Worker, params: Mapping[str, Any], cancel: threading.Event | None = None
@@ -113,7 +117,9 @@ class Forwarder:
         request = self._request(worker, params)
 
         def attempt() -> dict[str, Any]:
-            return completion_json(load_litellm().completion(**request))
+            if is_openai_compatible(worker):
+                return completion_json(self.direct.complete(worker, request))
+            return completion_json(load_litellm().completion(**self._litellm(request)))
 
         body = self._call(worker, attempt, cancel)
         usage, warning = self.prices.cost(worker, usage_from(body.get("usage")))
@@ -126,7 +132,10 @@ class Forwarder:
         request = self._request(worker, params) | {"stream": True, "stream_options": {"include_usage": True}}
 
         def attempt() -> tuple[dict[str, Any] | None, Iterator[Any]]:
-            chunks = iter(load_litellm().completion(**request))
+            if is_openai_compatible(worker):
+                chunks: Iterator[Any] = self.direct.stream(worker, request)
+            else:
+                chunks = iter(load_litellm().completion(**self._litellm(request)))
             first = next(chunks, None)
             return (chunk_json(first) if first is not None else None), chunks
 
@@ -135,9 +144,16 @@ class Forwarder:
 
     def _request(self, worker: Worker, params: Mapping[str, Any]) -> dict[str, Any]:
         request = {k: v for k, v in params.items() if k not in RESERVED}
-        request |= {"model": worker.model, "timeout": self.config.timeout_s}
-        request |= {"num_retries": 0, "max_retries": 0, "drop_params": False}
-        return request | endpoint(worker)
+        return request | {"model": worker.model} | endpoint(worker)
+
+    def _litellm(self, request: dict[str, Any]) -> dict[str, Any]:
+        """litellm's own switches: our timeout, our retries, and no parameter dropped in silence."""
+        return request | {
+            "timeout": self.config.timeout_s,
+            "num_retries": 0,
+            "max_retries": 0,
+            "drop_params": False,
+        }
 
     def _call(self, worker: Worker, attempt: Callable[[], T], cancel: threading.Event | None) -> T:
         try:
