@@ -1,5 +1,5 @@
-"""Benchmarks `fugu serve` (a real `fugu serve` process) against a loopback worker, each figure beside its floor
-measured in the same run: the same call made directly to the worker with the same client (the openai SDK).
+"""Benchmarks a real `fugu serve` process against a loopback worker, each figure beside its floor measured
+in the same run: the same call made directly to the worker with the same client (the openai SDK).
 
 - latency: added time per pass-through call (model `fugu`) over a direct call, median of N sequential calls,
   and the router's own decision time (from the replies' `fugu.latency_ms`);
@@ -221,8 +221,10 @@ def main() -> None:
         served = Served(work / "fast", fast.base_url, args.router)
         slow_served = Served(work / "slow", slow.base_url, args.router)
         try:
+            load = os.getloadavg()[0]
             print(
-                f"fugu serve (router: {args.router}), loopback workers, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}"
+                f"fugu serve (router: {args.router}), loopback workers, {os.cpu_count()} CPUs, "
+                f"load {load:.1f}",
             )
             if args.only in (None, "latency"):
                 latency(served, fast.base_url, args.calls)
