@@ -147,7 +147,7 @@ def _stream_options(body: Mapping[str, Any], stream: bool) -> bool:
 
 def _agent_checks(body: Mapping[str, Any], model: str) -> None:
     for key, value in body.items():
-        if key not in AGENT_KEYS and value is not None:
+        if key not in AGENT_KEYS and value not in (None, []):
             raise bad_param(
                 key,
                 f"{model} does not take '{key}': its workers choose their own sampling and tools. "

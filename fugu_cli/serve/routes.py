@@ -5,6 +5,7 @@ shape; errors too. Never blocks the event loop.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -258,7 +259,7 @@ async def responses(request: Request) -> Response:
         raise bad_param(
             "model", f"/v1/responses serves the pass-through (model fugu or fugu/<worker>), not {req.model}"
         )
-    req = ChatRequest(**{**req.__dict__, "mode": "pass"})
+    req = dataclasses.replace(req, mode="pass")
     if not req.stream:
         with hub.running() as cancel:
             reply = await _blocking(request, lambda: hub.passthrough().complete(req, cancel), cancel)
