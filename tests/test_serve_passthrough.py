@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import time
 from pathlib import Path
 
 import openai
@@ -298,3 +300,28 @@ def test_forced_worker_with_tools_goes_to_that_worker(
     assert loopback.requests_for("alpha") == [] and loopback.requests_for("beta")[0].body["tools"] == [
         WEATHER
     ]
+
+
+def test_a_client_that_leaves_mid_stream_closes_the_workers_stream(
+    tmp_path: Path, loopback: LoopbackServer, serve: Serve
+) -> None:
+    loopback.script("alpha", [{"content": "x" * 400, "chunk_size": 4, "chunk_delay_s": 0.05}])
+    server = serve(pool_file(tmp_path, loopback, "alpha"))
+    body = json.dumps({"model": "fugu", "messages": [{"role": "user", "content": "long"}], "stream": True})
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        head = (
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        sock.sendall(head.encode() + body.encode())
+        seen = b""
+        while b"data: " not in seen:
+            seen += sock.recv(4096)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not rows("SELECT status FROM steps"):
+        time.sleep(0.1)
+    assert rows("SELECT status FROM steps") == [("interrupted",)]
+    sent = loopback.requests_for("alpha")[0]
+    while time.monotonic() < deadline and sent.status is None:
+        time.sleep(0.1)
+    assert sent.status == 499  # fugu hung up on the worker: its next chunk found no reader
