@@ -207,3 +207,29 @@ def test_keys_errors_and_routes_in_openai_shape(
     assert status == 200 and headers["content-type"] == "application/json"
     status, data, _ = post(server.url, ask("hi"), auth)
     assert status == 200 and data["choices"][0]["message"]["content"] == "done"
+
+
+def test_two_hundred_connections_at_once_are_all_answered(
+    tmp_path: Path, loopback: LoopbackServer, serve: Serve
+) -> None:
+    import threading
+
+    server = serve(pool_file(tmp_path, loopback, "alpha"))
+    request = _request("GET", "/v1/models", {"Host": f"127.0.0.1:{server.port}"})
+    statuses: list[int] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(200)
+
+    def one() -> None:
+        start.wait()
+        try:
+            statuses.append(_raw(server.port, request)[0])
+        except OSError as e:  # a reset connection: what a listen backlog of 5 did
+            errors.append(e)
+
+    threads = [threading.Thread(target=one) for _ in range(200)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == [] and statuses == [200] * 200
