@@ -258,6 +258,8 @@ def test_client_disconnect_cancels_the_turn(
         seen = b""
         while b'"subtype":"route"' not in seen:
             seen += sock.recv(4096)
+        while not loopback.requests_for("alpha"):  # the worker is at work on the slow reply
+            time.sleep(0.05)
     db = Path(os.environ["FUGU_HOME"]) / "fugu.db"
     deadline = time.monotonic() + 10
     status = None
