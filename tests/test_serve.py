@@ -206,6 +206,9 @@ def test_sessions_continue_by_issued_id_or_by_conversation_never_by_user(
     history += [{"role": "assistant", "content": "seeded"}, {"role": "user", "content": "and?"}]
     later = post(server.url, {"model": AGENT, "messages": history})[1]
     assert later["fugu"]["session_id"] == seeded["fugu"]["session_id"]
+    # every session (and the pass-through) asks one router: a learned one is loaded once per server
+    routers = {id(s.deps.router) for s in server.hub.agents().live} | {id(server.hub.passthrough().router)}
+    assert len(server.hub.agents().live) == 3 and len(routers) == 1
     assert [m["content"] for m in loopback.requests_for("alpha")[4].messages][-3:] == [
         "my name?",
         "seeded",

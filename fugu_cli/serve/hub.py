@@ -1,10 +1,11 @@
-"""What every request of one `fugu serve` shares: the repository, the store, the pool and router (resolved
+"""What every request of one `fugu serve` shares: the repository, the store, the pool and one router (resolved
 once, on the first request that needs them), the pass-through and the agent sessions, the worker-thread
 limit, and the cancel events of the work in flight (set when the server stops).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ from fugu_cli.llm.forward import Forwarder
 from fugu_cli.options import RunOptions, permission_mode
 from fugu_cli.serve.options import ServeOptions
 from fugu_cli.serve.passthrough import PassThrough
+from fugu_cli.serve.routers import SharedRouter
 from fugu_cli.serve.turns import AgentSessions
 from fugu_cli.serve.wire import MODELS
 
@@ -62,7 +64,8 @@ class Hub:
         a server may start before its workers do); then shared by every session. Blocking."""
         with self._lock:
             if self._resolved is None:
-                self._resolved = resolve(self.run_options)
+                resolved = resolve(self.run_options)
+                self._resolved = dataclasses.replace(resolved, routers=SharedRouter(resolved.routers))
             return self._resolved
 
     def passthrough(self) -> PassThrough:

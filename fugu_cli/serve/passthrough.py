@@ -84,9 +84,8 @@ class PassThrough:
         self.store = store
         self.forwarder = forwarder
         self.root = root
-        self.router: Router = resolved.routers.make()  # one for every conversation: its cache is by content
+        self.router: Router = resolved.routers.make()
         self._fallback = PriorRouter()
-        self._route_lock = threading.Lock()
         self._sessions: OrderedDict[str, PassSession] = OrderedDict()
         self._table = threading.Lock()
         self.conversations = Conversations()
@@ -239,14 +238,13 @@ class PassThrough:
         return Call(session, decision, worker, turn, session.next_step(turn), time.time(), failed)
 
     def _pick(self, state: RouteState, pool: Sequence[Worker]) -> RouteDecision:
-        with self._route_lock:
-            try:
-                return self.router.pick(state, pool)
-            except LookupError:
-                raise
-            except Exception as e:  # a broken router must not fail the call: the prior takes over
-                log.warning("router failed", exc_info=e)
-                return self._fallback.pick(state, pool)
+        try:
+            return self.router.pick(state, pool)
+        except LookupError:
+            raise
+        except Exception as e:  # a broken router must not fail the call: the prior takes over
+            log.warning("router failed", exc_info=e)
+            return self._fallback.pick(state, pool)
 
     def _record(self, call: Call, usage: Usage, status: str, text: str) -> None:
         ledger = Ledger(self.store, call.session.id).turn(call.turn)

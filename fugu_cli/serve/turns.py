@@ -129,6 +129,12 @@ class AgentSessions:
         self.conversations.remember(reply, session.id)
         return Finished(result, answer)
 
+    @property
+    def live(self) -> list[Session]:
+        """The sessions held in memory, least recently used first."""
+        with self._table:
+            return [slot.session for slot in self._live.values()]
+
     def _named(self, sid: str, asked: str | None) -> Slot:
         with self._table:
             slot = self._live.get(sid)
