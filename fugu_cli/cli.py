@@ -310,19 +310,34 @@ def serve_cmd(
         PermissionChoice,
         typer.Option(
             "--permission-mode",
-            help="What tools may do: read-only (default), auto-edit, full-auto; ask refuses (no terminal).",
+            help="What the agent's tools may do: read-only (default), auto-edit, full-auto; ask refuses.",
         ),
     ] = PermissionChoice.read_only,
     api_key: Annotated[
         str | None, typer.Option("--api-key", envvar="FUGU_SERVE_KEY", help="Require this bearer token.")
     ] = None,
+    api_key_env: Annotated[
+        str | None,
+        typer.Option("--api-key-env", metavar="VAR", help="Require the bearer token held in variable VAR."),
+    ] = None,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option("--cors-origin", metavar="ORIGIN", help="Let web pages from ORIGIN call (repeatable)."),
+    ] = None,
 ) -> None:
-    """Serve an OpenAI-compatible endpoint: models fugu, fugu-ultra and fugu/<worker>."""
+    """Serve an OpenAI-compatible endpoint: fugu (router-only pass-through), fugu-agent, fugu-ultra,
+    fugu/<worker>."""
     from fugu_cli import logs, serve
 
     logs.setup()
     options = serve.ServeOptions(
-        host=host, port=port, pool=pool, permission_mode=permission_mode, api_key=api_key
+        host=host,
+        port=port,
+        pool=pool,
+        permission_mode=permission_mode,
+        api_key=api_key,
+        api_key_env=api_key_env,
+        cors_origins=tuple(cors_origin or ()),
     )
     raise typer.Exit(serve.main(options))
 

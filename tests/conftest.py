@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.loopback import loopback, loopback_factory
+from tests.serve_kit import serve
 
-__all__ = ["loopback", "loopback_factory"]
+__all__ = ["loopback", "loopback_factory", "serve"]
 
 _KEY_SUFFIXES = ("_API_KEY", "_API_TOKEN")
 

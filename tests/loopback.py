@@ -75,6 +75,10 @@ def _chunks(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)] or []
 
 
+class _Listener(ThreadingHTTPServer):
+    request_queue_size = 256  # the default 5 resets connections when dozens of clients connect at once
+
+
 class LoopbackServer:
     """A ThreadingHTTPServer in a background thread, on an ephemeral port unless one is given."""
 
@@ -84,7 +88,7 @@ class LoopbackServer:
         self._stopping = threading.Event()
         self.default_reply = _normalize(default_reply if default_reply is not None else DEFAULT_REPLY)
         self.requests: list[RecordedRequest] = []
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
+        self._httpd = _Listener(("127.0.0.1", port), _handler_for(self))
         self._httpd.daemon_threads = True
         self._httpd.block_on_close = False
         self._thread: threading.Thread | None = None
@@ -300,7 +304,10 @@ def _openai_completion(reply: dict[str, Any], body: Any) -> dict[str, Any]:
         "object": "chat.completion",
         "created": int(time.time()),
         "model": body.get("model", "unknown"),
-        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+        "choices": [
+            {"index": i, "message": message, "finish_reason": "tool_calls" if calls else "stop"}
+            for i in range(int(body.get("n") or 1))  # `n` copies, as a provider gives n samples
+        ],
         "usage": usage,
     }
 

@@ -1,4 +1,5 @@
-"""`fugu serve` end to end: litellm's client and plain HTTP against it, its workers on loopback servers."""
+"""`fugu serve`'s agent models (fugu-agent, fugu-ultra, fugu/<worker>) end to end: litellm's client and plain
+HTTP against it, its workers on loopback servers."""
 
 from __future__ import annotations
 
@@ -9,84 +10,21 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from fugu_cli.serve import FuguServer, ServeOptions
+from fugu_cli.serve import FuguServer
 from tests.helpers import BUGGY, call, make_repo, tool_reply, write_pool
 from tests.loopback import LoopbackServer
+from tests.serve_kit import KEY, ask, no_retries, pool_file, post
 
-KEY = "sk-fugu-test-key"
-
-
-def _pool(tmp_path: Path, server: LoopbackServer, *names: str) -> Path:
-    workers = [
-        {
-            "name": n,
-            "model": f"openai/{n}",
-            "api_base": server.base_url,
-            "description": f"worker {n}",
-            "priority": len(names) - i,
-            "price_in": 1.0,
-            "price_out": 2.0,
-        }
-        for i, n in enumerate(names)
-    ]
-    return write_pool(tmp_path / "pool.toml", workers)
-
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Callable[..., FuguServer]]:
-    """Starts an in-process `fugu serve` on an ephemeral port in a fresh git repo; stops it after the test."""
-    servers: list[FuguServer] = []
-
-    def start(pool: Path, **options: Any) -> FuguServer:
-        repo = tmp_path / "repo"
-        if not repo.exists():
-            make_repo(repo)
-        server = FuguServer(ServeOptions(port=0, cwd=repo, pool=str(pool), **options)).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
-
-
-def _post(url: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> tuple[int, Any, Any]:
-    request = urllib.request.Request(
-        url + "/chat/completions",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json", **(headers or {})},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=60) as reply:
-            raw = reply.read().decode()
-            kind = reply.headers.get("Content-Type", "")
-            data = _sse(raw) if kind.startswith("text/event-stream") else json.loads(raw)
-            return reply.status, data, reply.headers
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read()), e.headers
-
-
-def _sse(raw: str) -> list[Any]:
-    out: list[Any] = []
-    for block in raw.split("\n\n"):
-        if block.startswith("data: "):
-            payload = block.removeprefix("data: ")
-            out.append(payload if payload == "[DONE]" else json.loads(payload))
-    return out
-
-
-def _ask(task: str, model: str = "fugu", **extra: Any) -> dict[str, Any]:
-    return {"model": model, "messages": [{"role": "user", "content": task}], **extra}
+AGENT = "fugu-agent"
 
 
 def test_litellm_client_gets_the_answer_plain_and_streamed(
@@ -95,9 +33,9 @@ def test_litellm_client_gets_the_answer_plain_and_streamed(
     import litellm
 
     loopback.script("alpha", [tool_reply(call("read_file", path="calc.py")), "add() subtracts.", "It is 4."])
-    server = serve(_pool(tmp_path, loopback, "alpha", "beta"), api_key=KEY)
+    server = serve(pool_file(tmp_path, loopback, "alpha", "beta"), api_key=KEY)
     reply = litellm.completion(
-        model="openai/fugu",
+        model="openai/fugu-agent",
         api_base=server.url,
         api_key=KEY,
         messages=[{"role": "user", "content": "what is wrong in calc.py?"}],
@@ -108,7 +46,7 @@ def test_litellm_client_gets_the_answer_plain_and_streamed(
     assert len(sent) == 2 and "a - b" in sent[1].messages[-1]["content"]  # the tool really ran in the repo
 
     chunks = litellm.completion(
-        model="openai/fugu",
+        model="openai/fugu-agent",
         api_base=server.url,
         api_key=KEY,
         messages=[{"role": "user", "content": "2+2?"}],
@@ -123,13 +61,14 @@ def test_plain_http_reply_carries_route_decisions_and_fugu_fields(
     tmp_path: Path, loopback: LoopbackServer, serve: Callable[..., FuguServer]
 ) -> None:
     loopback.script("alpha", [tool_reply(call("glob", pattern="*.py")), "two python files"])
-    server = serve(_pool(tmp_path, loopback, "alpha", "beta"))
-    status, data, headers = _post(server.url, _ask("list the python files"))
+    server = serve(pool_file(tmp_path, loopback, "alpha", "beta"))
+    status, data, headers = post(server.url, ask("list the python files", AGENT))
     assert status == 200, data
-    assert data["object"] == "chat.completion" and data["model"] == "fugu"
+    assert data["object"] == "chat.completion" and data["model"] == AGENT
     assert data["choices"][0] == {
         "index": 0,
         "message": {"role": "assistant", "content": "two python files"},
+        "logprobs": None,
         "finish_reason": "stop",
     }
     usage = data["usage"]
@@ -149,15 +88,17 @@ def test_streamed_route_events_text_and_done(
     tmp_path: Path, loopback: LoopbackServer, serve: Callable[..., FuguServer]
 ) -> None:
     loopback.script("beta", [{"content": "streamed answer", "chunk_size": 3}])
-    server = serve(_pool(tmp_path, loopback, "alpha", "beta"))
-    status, events, _ = _post(server.url, _ask("hello", model="fugu/beta", stream=True))
+    server = serve(pool_file(tmp_path, loopback, "alpha", "beta"))
+    status, events, _ = post(
+        server.url, ask("hello", "fugu/beta", stream=True, stream_options={"include_usage": True})
+    )
     assert status == 200 and events[-1] == "[DONE]"
     chunks = events[:-1]
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
     routes = [c["fugu"] for c in chunks if c.get("fugu", {}).get("subtype") == "route"]
     assert [(r["worker"], r["source"]) for r in routes] == [("beta", "override")]
     finish = next(c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"])
-    events_only = [c for c in chunks if "fugu" in c and c is not finish]
+    events_only = [c for c in chunks if "fugu" in c and c is not finish and c["choices"]]
     assert events_only and all(c["choices"][0]["delta"] == {"content": ""} for c in events_only)
     pieces = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"] and "fugu" not in c]
     assert "".join(p or "" for p in pieces) == "streamed answer" and len([p for p in pieces if p]) > 1
@@ -165,23 +106,26 @@ def test_streamed_route_events_text_and_done(
     assert finish["fugu"]["workers"] == {
         "beta": {"steps": 1, "cost_usd": pytest.approx(finish["fugu"]["total_cost_usd"])}
     }
-    assert chunks[-1]["usage"]["completion_tokens"] > 0
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] > 0
     assert loopback.requests_for("alpha") == []  # the forced worker did the work
 
 
 def test_model_list_unknown_model_and_unknown_worker(
     tmp_path: Path, loopback: LoopbackServer, serve: Callable[..., FuguServer]
 ) -> None:
-    server = serve(_pool(tmp_path, loopback, "alpha", "beta"))
+    server = serve(pool_file(tmp_path, loopback, "alpha", "beta"))
     with urllib.request.urlopen(server.url + "/models", timeout=10) as reply:
         ids = [m["id"] for m in json.load(reply)["data"]]
-    assert ids == ["fugu", "fugu-ultra", "fugu/alpha", "fugu/beta"]
+    assert ids == ["fugu", "fugu-agent", "fugu-ultra", "fugu/alpha", "fugu/beta"]
     for model in ("gpt-4o", "fugu/gamma"):
-        status, data, _ = _post(server.url, _ask("hi", model=model))
-        assert status == 400, data
+        status, data, _ = post(server.url, ask("hi", model=model))
+        assert status == 404, data
         assert data["error"]["code"] == "model_not_found" and model in data["error"]["message"]
-    status, data, _ = _post(server.url, {"model": "fugu", "messages": [{"role": "system", "content": "x"}]})
+    status, data, _ = post(server.url, {"model": AGENT, "messages": [{"role": "system", "content": "x"}]})
     assert status == 400 and data["error"]["type"] == "invalid_request_error"
+    for param, value in (("temperature", 0.2), ("max_tokens", 10), ("n", 2), ("seed", 1)):
+        status, data, _ = post(server.url, ask("hi", AGENT, **{param: value}))
+        assert status == 400 and data["error"]["param"] == param, data
     assert loopback.requests_for("alpha") == []
 
 
@@ -192,9 +136,9 @@ def test_wrong_or_missing_key_is_refused_with_401(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("FUGU_SERVE_KEY", KEY)
-    server = serve(_pool(tmp_path, loopback, "alpha"))
+    server = serve(pool_file(tmp_path, loopback, "alpha"))
     for headers in ({}, {"Authorization": "Bearer nope"}):
-        status, data, reply_headers = _post(server.url, _ask("hi"), headers)
+        status, data, reply_headers = post(server.url, ask("hi"), headers)
         assert status == 401 and data["error"]["code"] == "invalid_api_key"
         assert reply_headers["WWW-Authenticate"] == "Bearer"
     models = urllib.request.Request(server.url + "/models", headers={"Authorization": "Bearer nope"})
@@ -202,44 +146,47 @@ def test_wrong_or_missing_key_is_refused_with_401(
         urllib.request.urlopen(models, timeout=10)
     assert refused.value.code == 401
     assert loopback.requests == []  # refused before any session or worker was touched
-    status, data, _ = _post(server.url, _ask("hi"), {"Authorization": f"Bearer {KEY}"})
+    status, data, _ = post(server.url, ask("hi", AGENT), {"Authorization": f"Bearer {KEY}"})
     assert status == 200 and data["choices"][0]["message"]["content"] == "done"
 
 
-def test_no_usable_worker_is_503_and_a_failed_turn_is_500(
+def test_no_usable_worker_is_503_and_a_failed_turn_is_502_not_to_retry(
     tmp_path: Path, loopback: LoopbackServer, serve: Callable[..., FuguServer]
 ) -> None:
     keyed = write_pool(
         tmp_path / "keyed.toml", [{"name": "k", "model": "openai/k", "api_key_env": "NOPE_KEY"}]
     )
     server = serve(keyed)
-    status, data, _ = _post(server.url, _ask("hi"))
+    status, data, _ = post(server.url, ask("hi", AGENT))
     assert status == 503 and data["error"]["code"] == "no_usable_worker"
     assert "NOPE_KEY is not set" in data["error"]["message"]
 
-    (Path(os.environ["FUGU_HOME"]) / "config.toml").write_text("[llm]\nmax_retries = 0\n")
+    no_retries()
     loopback.script("alpha", [{"fault": 500}])
-    failing = serve(_pool(tmp_path, loopback, "alpha"))
-    status, data, _ = _post(failing.url, _ask("hi"))
-    assert status == 500 and data["error"]["type"] == "server_error"
+    failing = serve(pool_file(tmp_path, loopback, "alpha"))
+    status, data, headers = post(failing.url, ask("hi", AGENT))
+    assert status == 502 and data["error"]["type"] == "server_error" and headers["x-should-retry"] == "false"
     assert "alpha" in data["error"]["message"] and data["fugu"]["status"] == "error_during_execution"
 
 
-def test_header_continues_a_session_and_context_seeds_a_fresh_one(
+def test_sessions_continue_by_issued_id_or_by_conversation_never_by_user(
     tmp_path: Path, loopback: LoopbackServer, serve: Callable[..., FuguServer]
 ) -> None:
-    loopback.script("alpha", ["noted 42", "you said 42", "fresh", "seeded"])
-    server = serve(_pool(tmp_path, loopback, "alpha"))
-    first = _post(server.url, _ask("remember 42"), {"X-Fugu-Session": "chat-1"})[1]
-    second = _post(server.url, _ask("what did I say?"), {"X-Fugu-Session": "chat-1"})[1]
+    loopback.script("alpha", ["noted 42", "you said 42", "fresh", "seeded", "by prefix"])
+    server = serve(pool_file(tmp_path, loopback, "alpha"))
+    status, first, headers = post(server.url, ask("remember 42", AGENT, user="alice"))
+    sid = headers["X-Fugu-Session"]
+    second = post(server.url, ask("what did I say?", AGENT), {"X-Fugu-Session": sid})[1]
     assert second["choices"][0]["message"]["content"] == "you said 42"
-    assert first["fugu"]["session_id"] == second["fugu"]["session_id"]
+    assert first["fugu"]["session_id"] == second["fugu"]["session_id"] == sid
     seen = [m["content"] for m in loopback.requests_for("alpha")[1].messages if m["role"] != "system"]
     assert seen == ["remember 42", "noted 42", "what did I say?"]
 
-    third = _post(server.url, _ask("and now?"))[1]  # no key: a new session that knows nothing
-    assert third["fugu"]["session_id"] != first["fugu"]["session_id"]
+    third = post(server.url, ask("and now?", AGENT, user="alice"))[1]  # `user` is no key: a new session
+    assert third["fugu"]["session_id"] != sid
     assert [m["role"] for m in loopback.requests_for("alpha")[2].messages] == ["system", "user"]
+    status, data, _ = post(server.url, ask("hi", AGENT), {"X-Fugu-Session": "alice"})
+    assert status == 404 and data["error"]["code"] == "session_not_found"
 
     history = [
         {"role": "system", "content": "Answer tersely."},
@@ -247,13 +194,25 @@ def test_header_continues_a_session_and_context_seeds_a_fresh_one(
         {"role": "assistant", "content": "hi Ada"},
         {"role": "user", "content": "my name?"},
     ]
-    _post(server.url, {"model": "fugu", "messages": history})
+    seeded = post(server.url, {"model": AGENT, "messages": history})[1]
     sent = loopback.requests_for("alpha")[3].messages
     assert [m["role"] for m in sent] == ["system", "system", "user", "assistant", "user"]
     assert "Answer tersely." in sent[1]["content"] and sent[2:] == [
         {"role": "user", "content": "my name is Ada"},
         {"role": "assistant", "content": "hi Ada"},
         {"role": "user", "content": "my name?"},
+    ]
+    # a chat client resending the whole conversation continues the session that gave the last answer
+    history += [{"role": "assistant", "content": "seeded"}, {"role": "user", "content": "and?"}]
+    later = post(server.url, {"model": AGENT, "messages": history})[1]
+    assert later["fugu"]["session_id"] == seeded["fugu"]["session_id"]
+    # every session (and the pass-through) asks one router: a learned one is loaded once per server
+    routers = {id(s.deps.router) for s in server.hub.agents().live} | {id(server.hub.passthrough().router)}
+    assert len(server.hub.agents().live) == 3 and len(routers) == 1
+    assert [m["content"] for m in loopback.requests_for("alpha")[4].messages][-3:] == [
+        "my name?",
+        "seeded",
+        "and?",
     ]
 
 
@@ -264,8 +223,8 @@ def test_read_only_by_default_refuses_edits(
         "alpha",
         [tool_reply(call("edit_file", path="calc.py", old_text="a - b", new_text="a + b")), "could not edit"],
     )
-    server = serve(_pool(tmp_path, loopback, "alpha"))
-    status, data, _ = _post(server.url, _ask("fix calc.py"))
+    server = serve(pool_file(tmp_path, loopback, "alpha"))
+    status, data, _ = post(server.url, ask("fix calc.py", AGENT))
     assert status == 200 and len(data["fugu"]["permission_denials"]) == 1
     assert (tmp_path / "repo" / "calc.py").read_text() == BUGGY
 
@@ -276,8 +235,8 @@ def test_ultra_model_streams_the_workflow(
     plan = {"steps": [{"worker": "beta", "subtask": "Say what calc.py does.", "access": []}]}
     loopback.script("alpha", [json.dumps(plan)])
     loopback.script("beta", ["BETA: calc.py adds, wrongly."])
-    server = serve(_pool(tmp_path, loopback, "alpha", "beta"))
-    status, events, _ = _post(server.url, _ask("explain calc.py", model="fugu-ultra", stream=True))
+    server = serve(pool_file(tmp_path, loopback, "alpha", "beta"))
+    status, events, _ = post(server.url, ask("explain calc.py", model="fugu-ultra", stream=True))
     assert status == 200 and events[-1] == "[DONE]"
     fugu = [c["fugu"] for c in events[:-1] if "fugu" in c]
     workflow = next(f for f in fugu if f.get("subtype") == "workflow")
@@ -291,15 +250,19 @@ def test_client_disconnect_cancels_the_turn(
     tmp_path: Path, loopback: LoopbackServer, serve: Callable[..., FuguServer]
 ) -> None:
     loopback.script("alpha", [{"content": "too late", "delay_s": 30}, "next one"])
-    server = serve(_pool(tmp_path, loopback, "alpha"))
-    host, port = server.httpd.server_address[:2]
-    body = json.dumps(_ask("slow", stream=True)).encode()
-    with socket.create_connection((str(host), int(port)), timeout=10) as sock:
-        head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+    server = serve(pool_file(tmp_path, loopback, "alpha"))
+    body = json.dumps(ask("slow", AGENT, stream=True)).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        head = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
         sock.sendall(head.encode() + body)
         seen = b""
-        while b'"subtype": "route"' not in seen:
+        while b'"subtype":"route"' not in seen:
             seen += sock.recv(4096)
+        while not loopback.requests_for("alpha"):  # the worker is at work on the slow reply
+            time.sleep(0.05)
     db = Path(os.environ["FUGU_HOME"]) / "fugu.db"
     deadline = time.monotonic() + 10
     status = None
@@ -309,7 +272,7 @@ def test_client_disconnect_cancels_the_turn(
         status = row[0] if row else None
         time.sleep(0.1)
     assert status == "interrupted"
-    reply = _post(server.url, _ask("quick"))[1]  # the repository lock was released
+    reply = post(server.url, ask("quick", AGENT))[1]  # the session's lock was released
     assert reply["choices"][0]["message"]["content"] == "next one"
 
 
@@ -317,7 +280,7 @@ def test_real_process_prints_its_address_and_stops_on_sigterm(
     tmp_path: Path, loopback: LoopbackServer
 ) -> None:
     repo = make_repo(tmp_path / "repo")
-    pool = _pool(tmp_path, loopback, "alpha")
+    pool = pool_file(tmp_path, loopback, "alpha")
     loopback.script("alpha", ["from a real server"])
     code = (
         "import sys; from fugu_cli.serve import main, ServeOptions;"
@@ -331,7 +294,7 @@ def test_real_process_prints_its_address_and_stops_on_sigterm(
         line = proc.stdout.readline()
         assert line.startswith("fugu serve: listening on http://127.0.0.1:") and str(repo) in line
         url = line.split()[4]
-        status, data, _ = _post(url, _ask("hi"))
+        status, data, _ = post(url, ask("hi", AGENT))
         assert status == 200 and data["choices"][0]["message"]["content"] == "from a real server"
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -342,45 +305,51 @@ def test_step_limit_is_a_truncated_answer(
     tmp_path: Path, loopback: LoopbackServer, serve: Callable[..., FuguServer]
 ) -> None:
     loopback.script("alpha", [tool_reply(call("glob", pattern="*.py"))] * 3)
-    server = serve(_pool(tmp_path, loopback, "alpha"), max_turns=2)
-    status, data, _ = _post(server.url, _ask("loop"))
+    server = serve(pool_file(tmp_path, loopback, "alpha"), max_turns=2)
+    status, data, _ = post(server.url, ask("loop", AGENT))
     assert status == 200 and data["choices"][0]["finish_reason"] == "length"
     assert data["fugu"]["status"] == "error_max_turns" and len(data["fugu"]["steps"]) == 2
 
 
-def test_concurrent_requests_take_turns_on_the_repository(
-    tmp_path: Path, loopback: LoopbackServer, serve: Callable[..., FuguServer]
-) -> None:
-    import threading
-
+def _two_at_once(url: str, loopback: LoopbackServer) -> list[str]:
     loopback.script("alpha", [{"content": "one", "delay_s": 0.5}, {"content": "two", "delay_s": 0.5}])
-    server = serve(_pool(tmp_path, loopback, "alpha"))
     answers: list[str] = []
     clients = [
-        threading.Thread(
-            target=lambda: answers.append(_post(server.url, _ask("go"))[1]["fugu"]["session_id"])
-        )
-        for _ in range(2)
+        threading.Thread(target=lambda t=t: answers.append(post(url, ask(t, AGENT))[1]["fugu"]["session_id"]))
+        for t in ("go", "run")
     ]
     for t in clients:
         t.start()
     for t in clients:
         t.join(timeout=30)
-    assert len(set(answers)) == 2  # two sessions...
+    return answers
+
+
+def test_read_only_sessions_run_at_once_and_writing_ones_take_turns_on_the_tree(
+    tmp_path: Path, loopback: LoopbackServer, serve: Callable[..., FuguServer]
+) -> None:
+    reader = serve(pool_file(tmp_path, loopback, "alpha"))
+    assert len(set(_two_at_once(reader.url, loopback))) == 2  # two sessions...
     first, second = sorted(loopback.requests_for("alpha"), key=lambda r: r.arrived)
-    assert first.finished is not None and second.arrived >= first.finished  # ...one turn at a time
+    assert first.finished is not None and second.arrived < first.finished  # ...at the same time
+    reader.stop()
+
+    writer = serve(pool_file(tmp_path, loopback, "alpha"), permission_mode="auto-edit")
+    assert len(set(_two_at_once(writer.url, loopback))) == 2
+    first, second = sorted(loopback.requests_for("alpha")[2:], key=lambda r: r.arrived)
+    assert first.finished is not None and second.arrived >= first.finished  # one turn at a time on the tree
 
 
 def test_a_fugu_session_id_resumes_the_session_after_a_restart(
     tmp_path: Path, loopback: LoopbackServer, serve: Callable[..., FuguServer]
 ) -> None:
     loopback.script("alpha", ["noted 7", "it was 7"])
-    pool = _pool(tmp_path, loopback, "alpha")
+    pool = pool_file(tmp_path, loopback, "alpha")
     first = serve(pool)
-    sid = _post(first.url, _ask("remember 7"))[1]["fugu"]["session_id"]
+    sid = post(first.url, ask("remember 7", AGENT))[1]["fugu"]["session_id"]
     first.stop()
     second = serve(pool)
-    reply = _post(second.url, _ask("which number?", session_id=sid))[1]
+    reply = post(second.url, ask("which number?", AGENT, session_id=sid))[1]
     assert reply["fugu"]["session_id"] == sid
     seen = [m["content"] for m in loopback.requests_for("alpha")[1].messages if m["role"] != "system"]
     assert seen == ["remember 7", "noted 7", "which number?"]

@@ -1,16 +1,26 @@
-"""Prints the median latency of one chat completion through `fugu serve` against the same loopback call made
-directly, both with litellm's client: the difference is what the server adds (session, routing, store, HTTP).
+"""Benchmarks a real `fugu serve` process against a loopback worker, each figure beside its floor measured
+in the same run: the same call made directly to the worker with the same client (the openai SDK).
 
-Run: `PYTHONPATH=. .venv/bin/python tools/bench_serve.py [N]` (a benchmark, not a test).
+- latency: added time per pass-through call (model `fugu`) over a direct call, median of N sequential calls,
+  and the router's own decision time (from the replies' `fugu.latency_ms`);
+- throughput: requests/s at 1, 8 and 32 concurrent clients with a 0.2 s model delay, for the pass-through and
+  for agent turns (`fugu-agent`, one session per client), against direct calls at the same concurrency;
+- sessions: the server's resident memory after 20 and after 200 new agent sessions (and pass-through ones).
+
+Run: `PYTHONPATH=. .venv/bin/python tools/bench_serve.py [--calls 200] [--router prior|default]`
+(a benchmark, not a test; it sends traffic to 127.0.0.1 only, and stops by itself).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,68 +28,214 @@ from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+ROOT = Path(__file__).resolve().parent.parent
+DELAY_S = 0.2
 
 
-def _median_ms(n: int, call: Callable[[int], Any]) -> tuple[float, float]:
-    call(-1)  # warm-up: imports, first connection
-    times = []
-    for i in range(n):
-        start = time.perf_counter()
-        call(i)
-        times.append((time.perf_counter() - start) * 1000)
-    times.sort()
-    return statistics.median(times), times[int(0.9 * (n - 1))]
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
-def main(n: int = 30) -> None:
-    import litellm
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
-    from fugu_cli.serve import FuguServer, ServeOptions
+
+class Served:
+    """A `fugu serve` process in a fresh git repo, its pool on the loopback server."""
+
+    def __init__(self, work: Path, loopback_url: str, router: str) -> None:
+        repo = work / "repo"
+        repo.mkdir(parents=True)
+        subprocess.run(["git", "init", "-q", str(repo)], check=True)
+        # Known to the shipped router's checkpoint, so `--router default` loads the learned one.
+        names = ("gpt-5", "claude-sonnet")
+        pool = work / "pool.toml"
+        pool.write_text(
+            "".join(
+                f'[[workers]]\nname = "{n}"\nmodel = "openai/{n}"\napi_base = "{loopback_url}"\n'
+                f"price_in = 1.0\nprice_out = 2.0\npriority = {2 - i}\n\n"
+                for i, n in enumerate(names)
+            )
+        )
+        self.port = _free_port()
+        env = dict(os.environ, FUGU_HOME=str(work / "home"), FUGU_ROUTER=router, PYTHONPATH=str(ROOT))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "fugu_cli", "serve", "--port", str(self.port), "--pool", str(pool)],
+            cwd=repo,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if "listening" not in line:
+            raise SystemExit(f"fugu serve did not start: {line!r}")
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+
+    def rss(self) -> float:
+        return _rss_mib(self.proc.pid)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def _client(base_url: str) -> Any:
+    import openai
+
+    return openai.OpenAI(base_url=base_url, api_key="sk-bench", max_retries=0, timeout=120)
+
+
+def _ask(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+def latency(served: Served, direct_url: str, calls: int) -> None:
+    direct, fugu = _client(direct_url), _client(served.url)
+    decisions: list[float] = []
+
+    def via_fugu(i: int) -> None:
+        reply = fugu.chat.completions.create(model="fugu", messages=_ask(f"hello {i}"))
+        decisions.append(float(reply.model_extra["fugu"]["latency_ms"]))
+
+    def straight(i: int) -> None:
+        direct.chat.completions.create(model="gpt-5", messages=_ask(f"hello {i}"))
+
+    for warm in range(20):  # imports, first connections, the router's first decisions
+        via_fugu(-warm)
+        straight(-warm)
+    a, b = [], []
+    for i in range(calls):  # interleaved, so load on the machine hits both alike
+        a.append(_timed(straight, i))
+        b.append(_timed(via_fugu, i))
+    base, through = statistics.median(a), statistics.median(b)
+    router = statistics.median(decisions[20:])
+    print(f"latency, one non-streamed chat completion, openai SDK, N={calls} (median / p90):")
+    print(f"  direct to the worker (floor)   {base:7.2f} ms / {_p90(a):7.2f} ms")
+    print(f"  through fugu (model fugu)      {through:7.2f} ms / {_p90(b):7.2f} ms")
+    print(
+        f"  added by fugu                  {through - base:+7.2f} ms  (router decision {router:.2f} ms of it)"
+    )
+    added = statistics.median([y - x for x, y in zip(a, b, strict=True)])
+    print(f"  added, median of paired diffs  {added:+7.2f} ms")
+
+
+def _timed(fn: Callable[[int], None], i: int) -> float:
+    start = time.perf_counter()
+    fn(i)
+    return (time.perf_counter() - start) * 1000
+
+
+def _p90(xs: list[float]) -> float:
+    return sorted(xs)[int(0.9 * (len(xs) - 1))]
+
+
+def _rate(clients: int, per_client: int, call: Callable[[int, int], None]) -> float:
+    barrier = threading.Barrier(clients + 1)
+    errors: list[BaseException] = []
+
+    def run(c: int) -> None:
+        barrier.wait()
+        for i in range(per_client):
+            try:
+                call(c, i)
+            except BaseException as e:
+                errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(c,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    if errors:
+        print(f"    ({len(errors)} calls failed: {errors[0]!r})")
+    return clients * per_client / wall
+
+
+def throughput(served: Served, slow_url: str) -> None:
+    direct, fugu = _client(slow_url), _client(served.url)
+    sessions: dict[int, str] = {}
+
+    def straight(c: int, i: int) -> None:
+        direct.chat.completions.create(model="gpt-5", messages=_ask(f"client {c} call {i}"))
+
+    def passthrough(c: int, i: int) -> None:
+        fugu.chat.completions.create(model="fugu", messages=_ask(f"client {c} call {i}"))
+
+    def agent(c: int, i: int) -> None:
+        headers = {"X-Fugu-Session": sessions[c]} if c in sessions else {}
+        raw = fugu.chat.completions.with_raw_response.create(
+            model="fugu-agent", messages=_ask(f"client {c} call {i}"), extra_headers=headers
+        )
+        sessions[c] = raw.headers["x-fugu-session"]
+
+    print(f"throughput, requests/s with a {DELAY_S:g} s model delay (ratio to 1 client):")
+    for label, call in (
+        ("direct (floor)", straight),
+        ("fugu pass-through", passthrough),
+        ("fugu-agent turns", agent),
+    ):
+        rates = {n: _rate(n, per, call) for n, per in ((1, 10), (8, 5), (32, 3))}
+        cells = "  ".join(f"{n:>2} clients {r:6.1f} ({r / rates[1]:4.1f}x)" for n, r in rates.items())
+        print(f"  {label:<20} {cells}")
+        sessions.clear()
+
+
+def sessions_memory(served: Served) -> None:
+    fugu = _client(served.url)
+    marks: dict[str, list[tuple[int, float]]] = {"fugu-agent": [], "fugu": []}
+    for model in marks:
+        for i in range(1, 201):
+            fugu.chat.completions.create(model=model, messages=_ask(f"new session {model} {i} {time.time()}"))
+            if i in (20, 100, 200):
+                marks[model].append((i, served.rss()))
+    print("memory of the fugu serve process (RSS) as new sessions arrive:")
+    for model, points in marks.items():
+        cells = "  ".join(f"after {n:>3}: {mib:6.1f} MiB" for n, mib in points)
+        print(f"  {model:<11} {cells}   growth 20 -> 200: {points[-1][1] - points[0][1]:+.1f} MiB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--router", default="prior", help="prior, or default (the shipped learned router)")
+    parser.add_argument("--only", choices=("latency", "throughput", "sessions"), default=None)
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
     from tests.loopback import LoopbackServer
 
     work = Path(tempfile.mkdtemp(prefix="fugu-bench-serve-"))
-    os.environ["FUGU_HOME"] = str(work / "home")
-    repo = work / "repo"
-    repo.mkdir()
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    messages = [{"role": "user", "content": "hello"}]
-    with LoopbackServer() as loopback:
-        pool = work / "pool.toml"
-        worker = f'name = "bench"\nmodel = "openai/bench"\napi_base = "{loopback.base_url}"\n'
-        pool.write_text(f"[[workers]]\n{worker}price_in = 0.0\nprice_out = 0.0\n")
-        server = FuguServer(ServeOptions(port=0, cwd=repo, pool=str(pool))).start()
+    with (
+        LoopbackServer() as fast,
+        LoopbackServer(default_reply={"content": "done", "delay_s": DELAY_S}) as slow,
+    ):
+        served = Served(work / "fast", fast.base_url, args.router)
+        slow_served = Served(work / "slow", slow.base_url, args.router)
         try:
-
-            def direct(_: int) -> Any:
-                return litellm.completion(
-                    model="openai/bench", api_base=loopback.base_url, api_key="x", messages=messages
-                )
-
-            def fresh(_: int) -> Any:
-                return litellm.completion(
-                    model="openai/fugu", api_base=server.url, api_key="x", messages=messages
-                )
-
-            def continued(_: int) -> Any:
-                return litellm.completion(
-                    model="openai/fugu",
-                    api_base=server.url,
-                    api_key="x",
-                    messages=messages,
-                    extra_headers={"X-Fugu-Session": "bench"},
-                )
-
-            rows = [("direct loopback call", direct), ("fugu serve, new session", fresh)]
-            rows.append(("fugu serve, continued session", continued))
-            results = {label: _median_ms(n, call) for label, call in rows}
+            load = os.getloadavg()[0]
+            print(
+                f"fugu serve (router: {args.router}), loopback workers, {os.cpu_count()} CPUs, "
+                f"load {load:.1f}",
+            )
+            if args.only in (None, "latency"):
+                latency(served, fast.base_url, args.calls)
+            if args.only in (None, "throughput"):
+                throughput(slow_served, slow.base_url)
+            if args.only in (None, "sessions"):
+                sessions_memory(served)
         finally:
-            server.stop()
-    base = results["direct loopback call"][0]
-    print(f"one chat completion, litellm client, N={n} (median / p90):")
-    for label, (median, p90) in results.items():
-        extra = "" if label.startswith("direct") else f"   overhead {median - base:+.1f} ms"
-        print(f"  {label:<32} {median:7.1f} ms / {p90:7.1f} ms{extra}")
+            served.stop()
+            slow_served.stop()
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 30)
+    main()

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from fugu_cli.errors import Interrupted, ProviderError
 from fugu_cli.llm.parse import MalformedReply, StreamAssembler, completion_from_response
@@ -90,27 +90,14 @@ class LiteLLMClient:
     ) -> Completion:
         request = self._request(worker, messages, tools)
         stream = on_text is not None and self.config.stream
-        attempts = self.config.max_retries + 1
-        fault = _Fault("no attempt made", retryable=True)
-        for attempt in range(attempts):
-            _check(cancel)
-            try:
-                return self._attempt(worker, request, stream, on_text, cancel)
-            except (Interrupted, ProviderError):
-                raise
-            except _CallbackFailed as exc:
-                raise exc.original from None
-            except Exception as exc:
-                fault = classify(exc, self.config.timeout_s)
-                log.debug("worker %s attempt %d failed: %r", worker.name, attempt + 1, exc)
-                if not fault.retryable:
-                    raise ProviderError(
-                        _describe(worker, fault.cause), worker=worker.name, retryable=False
-                    ) from exc
-            if attempt + 1 < attempts:
-                _sleep(self._delay(attempt, fault), cancel)
-        cause = f"{fault.cause} (after {attempts} attempts)"
-        raise ProviderError(_describe(worker, cause), worker=worker.name)
+
+        def attempt() -> Completion:
+            return self._attempt(worker, request, stream, on_text, cancel)
+
+        try:
+            return with_retries(worker, self.config, attempt, cancel)
+        except _CallbackFailed as exc:
+            raise exc.original from None
 
     def _request(
         self, worker: Worker, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
@@ -124,17 +111,7 @@ class LiteLLMClient:
         }
         if tools:
             request["tools"] = [dict(t) for t in tools]
-        if worker.api_base:
-            request["api_base"] = worker.api_base
-        key = os.environ.get(worker.api_key_env) if worker.api_key_env else None
-        if key:
-            request["api_key"] = key
-        elif worker.api_base:
-            request["api_key"] = LOCAL_DUMMY_KEY
-        elif worker.api_key_env:
-            cause = f"{worker.api_key_env} is not set. Set it, or remove the worker from the pool"
-            raise ProviderError(_describe(worker, cause), worker=worker.name, retryable=False)
-        return request
+        return request | endpoint(worker)
 
     def _attempt(
         self,
@@ -209,12 +186,59 @@ class LiteLLMClient:
             warnings=(warning,) if warning else (),
         )
 
-    def _delay(self, attempt: int, fault: _Fault) -> float:
-        cap = self.config.backoff_max_s
-        if fault.retry_after_s is not None:
-            return min(max(fault.retry_after_s, 0.0), cap)
-        backoff = self.config.backoff_base_s * float(2**attempt) * (0.5 + random.random())
-        return min(backoff, cap)
+
+T = TypeVar("T")
+
+
+def with_retries(
+    worker: Worker, config: ClientConfig, attempt: Callable[[], T], cancel: threading.Event | None = None
+) -> T:
+    """Calls `attempt` until it succeeds, retrying transient provider faults with backoff (honouring
+    Retry-After); raises `ProviderError` when a fault is not retryable or the attempts are spent, and
+    `Interrupted` as soon as `cancel` is set between attempts."""
+    attempts = config.max_retries + 1
+    fault = _Fault("no attempt made", retryable=True)
+    for n in range(attempts):
+        _check(cancel)
+        try:
+            return attempt()
+        except (Interrupted, ProviderError, _CallbackFailed):
+            raise
+        except Exception as exc:
+            fault = classify(exc, config.timeout_s)
+            log.debug("worker %s attempt %d failed: %r", worker.name, n + 1, exc)
+            if not fault.retryable:
+                raise ProviderError(
+                    _describe(worker, fault.cause), worker=worker.name, retryable=False
+                ) from exc
+        if n + 1 < attempts:
+            _sleep(_delay(config, n, fault), cancel)
+    cause = f"{fault.cause} (after {attempts} attempts)"
+    raise ProviderError(_describe(worker, cause), worker=worker.name)
+
+
+def endpoint(worker: Worker) -> dict[str, Any]:
+    """litellm's `api_base` and `api_key` arguments for `worker` (a local server gets a dummy key)."""
+    out: dict[str, Any] = {}
+    if worker.api_base:
+        out["api_base"] = worker.api_base
+    key = os.environ.get(worker.api_key_env) if worker.api_key_env else None
+    if key:
+        out["api_key"] = key
+    elif worker.api_base:
+        out["api_key"] = LOCAL_DUMMY_KEY
+    elif worker.api_key_env:
+        cause = f"{worker.api_key_env} is not set. Set it, or remove the worker from the pool"
+        raise ProviderError(_describe(worker, cause), worker=worker.name, retryable=False)
+    return out
+
+
+def _delay(config: ClientConfig, attempt: int, fault: _Fault) -> float:
+    cap = config.backoff_max_s
+    if fault.retry_after_s is not None:
+        return min(max(fault.retry_after_s, 0.0), cap)
+    backoff = config.backoff_base_s * float(2**attempt) * (0.5 + random.random())
+    return min(backoff, cap)
 
 
 def classify(exc: BaseException, timeout_s: float) -> _Fault:

@@ -1,32 +1,24 @@
-"""`fugu serve`: an OpenAI-compatible endpoint (models "fugu", "fugu-ultra", "fugu/<worker>") over sessions.
+"""`fugu serve`: an OpenAI-compatible endpoint on starlette + uvicorn. Model `fugu` is the router-only
+pass-through (a client's own agent loop, routed call by call); `fugu-agent`, `fugu-ultra` and `fugu/<worker>`
+run fugu's own agent in the served repository.
 
-Wire shapes live in wire.py, the server and its session table in server.py, HTTP and SSE in http.py;
-this module re-exports their public names and owns `main`. Standard library HTTP only.
-Prints nothing but `main`'s listening line and warnings.
+Modules, bottom up: options and wire (shapes, errors), params and conversation (requests), passthrough and
+turns (the blocking work), responses (the Responses API), hub (shared state), sse (threads and streams),
+routes and guard (HTTP), server (uvicorn). Prints nothing but `main`'s listening line and warnings.
 """
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
 
 from fugu_cli.errors import FuguError
-from fugu_cli.serve.handler import MAX_BODY
-from fugu_cli.serve.server import MAX_LIVE_SESSIONS, FuguServer, ServeOptions
-from fugu_cli.serve.wire import MODELS, ApiError, ChatRequest, parse_request
+from fugu_cli.serve.options import ServeOptions
+from fugu_cli.serve.routes import MAX_BODY
+from fugu_cli.serve.server import FuguServer
+from fugu_cli.serve.wire import MODELS, ApiError
 
-__all__ = [
-    "MAX_BODY",
-    "MAX_LIVE_SESSIONS",
-    "MODELS",
-    "ApiError",
-    "ChatRequest",
-    "FuguServer",
-    "ServeOptions",
-    "main",
-    "parse_request",
-]
+__all__ = ["MAX_BODY", "MODELS", "ApiError", "FuguServer", "ServeOptions", "main"]
 
 
 def main(options: ServeOptions) -> int:
@@ -41,17 +33,18 @@ def main(options: ServeOptions) -> int:
             f"fugu serve: cannot listen on {options.host}:{options.port}: {e.strerror or e}", file=sys.stderr
         )
         return 2
-    stop = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
-    server.start()
     print(f"fugu serve: listening on {server.url} (repository {server.root})", flush=True)
-    if not server.api_key and options.host not in ("127.0.0.1", "localhost", "::1"):
-        print("fugu serve: warning: listening beyond loopback without --api-key", file=sys.stderr, flush=True)
-    try:
-        while not stop.wait(0.5):
-            pass
-    finally:
-        server.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    if not server.api_key and not options.loopback_only:
+        print(
+            "fugu serve: warning: listening beyond loopback without an API key", file=sys.stderr, flush=True
+        )
+    threading.Thread(target=_warm, args=(server,), name="fugu-warm", daemon=True).start()
+    server.run()
     return 0
+
+
+def _warm(server: FuguServer) -> None:
+    try:
+        server.hub.warm()
+    except Exception:  # the first request reports what is wrong, in OpenAI's shape
+        pass

@@ -1,164 +1,116 @@
-"""The `fugu serve` server: its options, the HTTP listener, the table of live sessions and the one lock
-that serialises turns on the repository. Sessions come from app.py; HTTP handling lives in http.py.
+"""The `fugu serve` process: the ASGI app (routes behind the guard) served by uvicorn on a socket bound up
+front (so a busy port fails at start, and port 0 is known at once), in the main thread (`run`, which stops on
+SIGINT/SIGTERM) or in a background thread (`start`/`stop`, for tests and benchmarks).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
+import asyncio
+import logging
+import socket
 import threading
-from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from http.server import ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
-from fugu_cli.app import Resolved, assemble, open_store, repo_root, resolve
-from fugu_cli.config import load_config
-from fugu_cli.options import RunOptions, permission_mode
-from fugu_cli.serve.handler import handler_for
-from fugu_cli.serve.wire import MODELS, ApiError, ChatRequest
-from fugu_cli.session import Session
-from fugu_cli.types import Message, TurnResult
+import uvicorn
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 
-MAX_LIVE_SESSIONS = 64
+from fugu_cli.serve.guard import Guard
+from fugu_cli.serve.hub import Hub
+from fugu_cli.serve.options import ServeOptions
+from fugu_cli.serve.routes import not_found, routes
+
+log = logging.getLogger("fugu")
 
 
-@dataclass
-class ServeOptions:
-    """`fugu serve` flags. `api_key` None: FUGU_SERVE_KEY when set, else no authentication."""
+class _Uvicorn(uvicorn.Server):
+    """uvicorn, cancelling every running turn as soon as it starts to stop (a turn can take minutes), and
+    exiting 0 after SIGINT or SIGTERM."""
 
-    host: str = "127.0.0.1"
-    port: int = 8787
-    cwd: Path = field(default_factory=Path.cwd)
-    pool: str | None = None
-    permission_mode: str = "read-only"  # no terminal to ask, so the safe default refuses every write
-    api_key: str | None = None
-    router: str | None = None
-    max_turns: int | None = None
-    max_budget_usd: float | None = None
+    def __init__(self, config: uvicorn.Config, hub: Hub) -> None:
+        super().__init__(config)
+        self.hub = hub
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        self.hub.stop()
+        super().handle_exit(sig, frame)
+        self._captured_signals.clear()  # a stop asked for is a clean exit (0), not death by the signal
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.hub.stop()
+        await super().shutdown(sockets)
 
 
 class FuguServer:
-    """The HTTP server, the live sessions (by client key and by fugu id) and the repository lock."""
-
     def __init__(self, options: ServeOptions) -> None:
         self.options = options
-        self.root = repo_root(options.cwd)
-        self.api_key = options.api_key if options.api_key is not None else os.environ.get("FUGU_SERVE_KEY")
-        load_config(options.cwd, self._run_options().overrides())  # a broken config fails at start
-        self._resolved: Resolved | None = None
-        self._resolving = threading.Lock()
-        self.store = open_store()
-        self.turn_lock = threading.Lock()  # one repository: turns never edit it concurrently
-        self._table = threading.Lock()
-        self._live: OrderedDict[str, Session] = OrderedDict()
-        self._aliases: dict[str, str] = {}  # client key -> fugu session id
-        self._running: set[threading.Event] = set()
-        self.httpd = ThreadingHTTPServer((options.host, options.port), handler_for(self))
-        self.httpd.daemon_threads = True
+        self.hub = Hub(options)
+        self.root = self.hub.root
+        self.api_key = self.hub.api_key
+        app = Starlette(routes=routes(), exception_handlers={HTTPException: not_found})
+        app.state.hub = self.hub
+        self.app = Guard(
+            app, hosts=options.allowed_hosts(), origins=options.cors_origins, api_key=self.api_key
+        )
+        self.socket = _bind(options.host, options.port, options.backlog)
+        config = uvicorn.Config(
+            self.app,
+            log_level="warning",
+            access_log=False,
+            timeout_keep_alive=int(options.idle_timeout_s),
+            timeout_graceful_shutdown=5,
+            backlog=options.backlog,
+            lifespan="off",
+            server_header=False,
+        )
+        self.server = _Uvicorn(config, self.hub)
         self._thread: threading.Thread | None = None
 
     @property
-    def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    def start(self) -> FuguServer:
-        self._thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="fugu-serve", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        with self._table:
-            for cancel in self._running:
-                cancel.set()
-        if self._thread is not None:
-            self.httpd.shutdown()
-            self._thread.join(timeout=5)
-            self._thread = None
-            self.httpd.server_close()
-
-    def _run_options(self) -> RunOptions:
-        o = self.options
-        return RunOptions(
-            cwd=o.cwd,
-            pool=o.pool,
-            router=o.router,
-            permission_mode=permission_mode(o.permission_mode),
-            max_turns=o.max_turns,
-            max_budget_usd=o.max_budget_usd,
-        )
+    def port(self) -> int:
+        return int(self.socket.getsockname()[1])
 
     @property
-    def resolved(self) -> Resolved:
-        """Pool and router, resolved on the first request that needs them (probing servers takes time, and
-        a server may start before its workers do); then shared by every session."""
-        with self._resolving:
-            if self._resolved is None:
-                self._resolved = resolve(self._run_options())
-            return self._resolved
+    def url(self) -> str:
+        host = self.options.host
+        shown = f"[{host}]" if ":" in host else host
+        return f"http://{shown}:{self.port}/v1"
 
-    def model_ids(self) -> list[str]:
-        return [*MODELS, *(f"fugu/{n}" for n in self.resolved.names)]
+    def run(self) -> None:
+        """Serve in this thread until SIGINT or SIGTERM."""
+        self.server.run(sockets=[self.socket])
 
-    def session_for(self, req: ChatRequest) -> Session:
-        """The session a request continues, or a new one.
+    def start(self) -> FuguServer:
+        """Serve in a background thread; returns once it accepts connections."""
+        self._thread = threading.Thread(target=self._serve, name="fugu-serve", daemon=True)
+        self._thread.start()
+        while not self.server.started and self._thread.is_alive():
+            threading.Event().wait(0.01)
+        return self
 
-        The key is the `X-Fugu-Session` header, else the body's `session_id`, else its `user`. A known
-        key (or a fugu session id of this repository, even from before a restart) continues that session:
-        the server's transcript is the history, and only the request's last user message is read. Without a
-        key, or with a new one, a fresh session starts, seeded with the request's earlier messages.
-        """
-        key = req.session_key
-        with self._table:
-            sid = self._aliases.get(key, key) if key else None
-            session = self._live.get(sid) if sid else None
-            if session is not None:
-                self._live.move_to_end(session.id)
-        if session is None:
-            row = self.store.get_session(sid) if sid else None
-            resume = row.id if row is not None and row.id == sid and row.cwd == str(self.root) else None
-            opts = dataclasses.replace(self.resolved.options, resume=resume)
-            session = assemble(self.resolved, opts, store=self.store)
-            if resume is None:
-                _seed(session, req.context)
-            self._remember(key, session)
-        if req.worker is not None and req.worker not in session.workers:
-            names = ", ".join(f"fugu/{n}" for n in session.workers)
-            raise ApiError(
-                400, f"unknown model fugu/{req.worker}: usable workers are {names}", code="model_not_found"
-            )
-        return session
+    def _serve(self) -> None:
+        asyncio.run(self.server.serve(sockets=[self.socket]))
 
-    def _remember(self, key: str | None, session: Session) -> None:
-        with self._table:
-            self._live[session.id] = session
-            if key:
-                self._aliases[key] = session.id
-            while len(self._live) > MAX_LIVE_SESSIONS:  # evicted sessions are still resumable by id
-                self._live.popitem(last=False)
-
-    def run_turn(
-        self, session: Session, req: ChatRequest, emit: Any, cancel: threading.Event
-    ) -> TurnResult | None:
-        """One turn under the repository lock; None when the client left before the turn began."""
-        with self._table:
-            self._running.add(cancel)
-        try:
-            with self.turn_lock:
-                if cancel.is_set():
-                    return None
-                session.ultra = req.ultra
-                session.set_worker(req.worker)
-                return session.run_turn(req.task, emit, cancel, stream=req.stream)
-        finally:
-            with self._table:
-                self._running.discard(cancel)
+    def stop(self) -> None:
+        self.hub.stop()
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        self.socket.close()
 
 
-def _seed(session: Session, context: Sequence[Message]) -> None:
-    session.add_context(context)
+def _bind(host: str, port: int, backlog: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on such sockets, and without it every small reply
+    # waits for the client's delayed ACK (about 40 ms)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock

@@ -54,6 +54,8 @@ _fugu() {
         "serve|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "serve|--permission-mode") COMPREPLY=($(compgen -W "ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan dontAsk" -- "$cur")); return ;;
         "serve|--api-key") return ;;
+        "serve|--api-key-env") return ;;
+        "serve|--cors-origin") return ;;
         "sessions|--limit"|"sessions|-n") return ;;
         "router train|--data") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "router train|--out") COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -80,7 +82,7 @@ _fugu() {
         "completion") opts="--help" subs="" ;;
         "demo") opts="--router --keep --help" subs="" ;;
         "eval") opts="--worker --mode --repeats --parallel --pool --router --max-turns --max-budget-usd --json --keep --help" subs="" ;;
-        "serve") opts="--host --port --pool --permission-mode --api-key --help" subs="" ;;
+        "serve") opts="--host --port --pool --permission-mode --api-key --api-key-env --cors-origin --help" subs="" ;;
         "sessions") opts="--limit -n --help" subs="show" ;;
         "sessions show") opts="--help" subs="" ;;
         "router") opts="--help" subs="info train eval" ;;

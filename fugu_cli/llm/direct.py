@@ -1,0 +1,126 @@
+"""The short way to an OpenAI-compatible worker (model `openai/...`): the client's request posted as it is,
+over one pooled HTTP connection per worker, its reply read as it is. No translation is needed, so none is
+paid for (litellm adds about 10 ms a call); every other provider goes through litellm.
+
+Failures are raised as the exceptions `client.classify` knows (status codes, timeouts, connection errors).
+httpx is imported on first use. Never prints.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
+
+from fugu_cli.types import Worker
+
+OPENAI_BASE = "https://api.openai.com/v1"
+
+
+def is_openai_compatible(worker: Worker) -> bool:
+    return worker.model.startswith("openai/")
+
+
+class HTTPStatusFault(Exception):
+    """A worker answered with an error status; `body` is its parsed error, `response` carries its headers."""
+
+    def __init__(self, status_code: int, text: str, response: Any) -> None:
+        self.status_code = status_code
+        self.response = response
+        try:
+            self.body: Any = json.loads(text)
+        except ValueError:
+            self.body = None
+        error = self.body.get("error") if isinstance(self.body, dict) else None
+        message = error.get("message") if isinstance(error, dict) else (error or text[:300])
+        super().__init__(f"HTTP {status_code}: {message}")
+
+
+class DirectClient:
+    """Posts chat-completions requests to OpenAI-compatible endpoints. Thread-safe."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def warm(self) -> None:
+        self._http()
+
+    def _http(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                import httpx
+
+                limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+                timeout = httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 10.0))
+                self._client = httpx.Client(timeout=timeout, limits=limits)
+            return self._client
+
+    def complete(self, worker: Worker, request: Mapping[str, Any]) -> dict[str, Any]:
+        """The worker's chat.completion as JSON."""
+        with _faults():
+            response = self._http().post(**_post(worker, request))
+            if response.status_code >= 400:
+                raise HTTPStatusFault(response.status_code, response.text, response)
+            data: dict[str, Any] = response.json()
+            return data
+
+    def stream(self, worker: Worker, request: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+        """The worker's chunks as JSON objects. The connection is open when this returns (a refusal raises
+        here); closing the iterator closes it."""
+        http = self._http()
+        with _faults():
+            response = http.send(http.build_request("POST", **_post(worker, request)), stream=True)
+            if response.status_code >= 400:
+                text = response.read().decode("utf-8", "replace")
+                response.close()
+                raise HTTPStatusFault(response.status_code, text, response)
+        return _chunks(response)
+
+
+def _post(worker: Worker, request: Mapping[str, Any]) -> dict[str, Any]:
+    body = {k: v for k, v in request.items() if k not in ("api_base", "api_key")}
+    body["model"] = worker.model.removeprefix("openai/")
+    headers = {"Content-Type": "application/json"}
+    if request.get("api_key"):
+        headers["Authorization"] = f"Bearer {request['api_key']}"
+    base = str(request.get("api_base") or OPENAI_BASE).rstrip("/")
+    return {"url": f"{base}/chat/completions", "content": json.dumps(body), "headers": headers}
+
+
+def _chunks(response: Any) -> Iterator[dict[str, Any]]:
+    try:
+        with _faults():
+            for line in response.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    return
+                data = json.loads(payload)
+                if isinstance(data, dict) and "error" in data and "choices" not in data:
+                    raise HTTPStatusFault(500, payload, response)
+                yield data
+    finally:
+        response.close()
+
+
+class _faults:
+    """httpx's exceptions as the builtin ones `classify` recognises."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> Literal[False]:
+        if exc is None or kind is None:
+            return False
+        name = kind.__name__
+        if name.endswith("Timeout") or name == "TimeoutException":
+            raise TimeoutError(str(exc) or name) from exc
+        if name in ("ConnectError", "ReadError", "WriteError", "RemoteProtocolError", "NetworkError"):
+            raise ConnectionError(str(exc) or name) from exc
+        return False

@@ -1,0 +1,294 @@
+"""Model `fugu`, the router-only pass-through: for each call of a client's own agent loop the router reads the
+request's messages and picks a worker; the request (its tools and parameters) goes to that worker unchanged,
+failing over to the next pick when a worker fails; each call is a ledger row (route decision, usage, cost)
+of a session found by the client's session header or by the conversation's prefix.
+
+Blocking code: the server runs it in worker threads. Never prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fugu_cli.app import Resolved
+from fugu_cli.errors import Interrupted, ProviderError
+from fugu_cli.ledger import Ledger, StepRecord
+from fugu_cli.llm.forward import Forwarder, ForwardStream
+from fugu_cli.llm.parse import StreamAssembler
+from fugu_cli.router import Router
+from fugu_cli.router.prior import PriorRouter
+from fugu_cli.serve.conversation import Conversations, chain
+from fugu_cli.serve.params import ChatRequest, text_of
+from fugu_cli.serve.wire import AllWorkersFailed, ApiError
+from fugu_cli.store import Store, new_session_id
+from fugu_cli.types import Message, RouteDecision, RouteState, ToolCall, Usage, Worker
+
+log = logging.getLogger("fugu")
+
+MAX_SESSIONS = 10_000
+_ROLES = {"developer": "system", "function": "tool"}
+
+
+@dataclass
+class PassSession:
+    """One client conversation as fugu records it: its id and how many calls each of its turns made."""
+
+    id: str
+    last_worker: str | None = None
+    steps: dict[int, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def next_step(self, turn: int) -> int:
+        with self.lock:
+            self.steps[turn] = self.steps.get(turn, 0) + 1
+            return self.steps[turn]
+
+
+@dataclass(frozen=True)
+class Call:
+    """One routed call: where it went, for which session, and the workers that failed before it."""
+
+    session: PassSession
+    decision: RouteDecision
+    worker: Worker
+    turn: int
+    step: int
+    started: float
+    failed: tuple[str, ...] = ()
+
+    def fugu(self, usage: Usage | None = None) -> dict[str, Any]:
+        d = self.decision
+        out: dict[str, Any] = {"session_id": self.session.id, "worker": d.worker, "model": self.worker.model}
+        out |= {"source": d.source, "p": round(float(d.scores.get(d.worker, 0.0)), 6)}
+        out |= {"scores": {k: round(float(v), 6) for k, v in d.scores.items()}}
+        out["latency_ms"] = round(d.latency_ms, 3)
+        if self.failed:
+            out["failed"] = list(self.failed)
+        if usage is not None:
+            out["cost_usd"] = round(usage.cost_usd, 8)
+        return out
+
+
+class PassThrough:
+    def __init__(self, resolved: Resolved, store: Store, forwarder: Forwarder, root: Path) -> None:
+        self.resolved = resolved
+        self.store = store
+        self.forwarder = forwarder
+        self.root = root
+        self.router: Router = resolved.routers.make()
+        self._fallback = PriorRouter()
+        self._sessions: OrderedDict[str, PassSession] = OrderedDict()
+        self._table = threading.Lock()
+        self.conversations = Conversations()
+        self._pool_json = json.dumps([dataclasses.asdict(w) for w in resolved.pool])
+
+    # sessions
+
+    def session_for(self, req: ChatRequest) -> PassSession:
+        """The session the client named (a server-issued id), else the one whose conversation this request
+        continues, else a new one."""
+        if req.session:
+            return self._named(req.session)
+        found = self.conversations.find(chain(req.messages))
+        with self._table:
+            session = self._sessions.get(found[0]) if found else None
+        if session is not None:
+            return session
+        sid = new_session_id()
+        self.store.create_session(sid, str(self.root), "pass", self._pool_json, self.router.name)
+        title = next((text_of(m.get("content")) for m in req.messages if m.get("role") == "user"), "")
+        self.store.touch_session(sid, title=title.strip().splitlines()[0][:80] if title.strip() else None)
+        return self._keep(PassSession(sid))
+
+    def _named(self, sid: str) -> PassSession:
+        with self._table:
+            session = self._sessions.get(sid)
+        if session is not None:
+            return session
+        row = self.store.get_session(sid)
+        if row is None or row.mode != "pass" or row.cwd != str(self.root):
+            raise ApiError(
+                404,
+                f"no pass-through session {sid} on this server: send an id fugu issued (the X-Fugu-Session "
+                "header of an earlier reply), or none to start one",
+                code="session_not_found",
+                param="session_id",
+            )
+        session = PassSession(sid)
+        for step in Ledger(self.store, sid).steps():
+            session.steps[step.turn] = max(session.steps.get(step.turn, 0), step.step)
+        return self._keep(session)
+
+    def _keep(self, session: PassSession) -> PassSession:
+        with self._table:
+            self._sessions[session.id] = session
+            self._sessions.move_to_end(session.id)
+            while len(self._sessions) > MAX_SESSIONS:
+                self._sessions.popitem(last=False)
+        return session
+
+    # calls
+
+    def complete(self, req: ChatRequest, cancel: threading.Event) -> dict[str, Any]:
+        """The worker's chat.completion, with the client's model name and a `fugu` field."""
+        session = self.session_for(req)
+        failures: list[ProviderError] = []
+        while True:
+            call = self._route(req, session, failures)
+            try:
+                reply = self.forwarder.complete(call.worker, req.params, cancel)
+            except Interrupted:
+                self._record(call, Usage(), "interrupted", "")
+                raise
+            except ProviderError as e:
+                self._record(call, Usage(), "provider_error", str(e))
+                failures.append(e)
+                continue
+            choices = reply.body.get("choices") or [{}]
+            message = choices[0].get("message") or {}
+            self._record(call, reply.usage, "ok", _summary(message))
+            if len(choices) == 1:
+                self._learn(req, session, message)
+            return reply.body | {"model": req.model, "fugu": call.fugu(reply.usage)}
+
+    def stream(self, req: ChatRequest, cancel: threading.Event) -> tuple[Call, Iterator[dict[str, Any]]]:
+        """Opens the stream (failing over until a worker sends its first chunk): the call and its chunks."""
+        session = self.session_for(req)
+        failures: list[ProviderError] = []
+        while True:
+            call = self._route(req, session, failures)
+            try:
+                opened = self.forwarder.stream(call.worker, req.params, cancel)
+            except Interrupted:
+                self._record(call, Usage(), "interrupted", "")
+                raise
+            except ProviderError as e:
+                self._record(call, Usage(), "provider_error", str(e))
+                failures.append(e)
+                continue
+            return call, self._relay(req, call, opened)
+
+    def _relay(self, req: ChatRequest, call: Call, opened: ForwardStream) -> Iterator[dict[str, Any]]:
+        """The worker's chunks, then one usage chunk (no choices) with fugu's cost; recorded at the end."""
+        assembler = StreamAssembler(call.worker.name)
+        status = "interrupted"
+        last: dict[str, Any] = {}
+        try:
+            for chunk in opened:
+                if len(chunk["choices"]) == 1:
+                    assembler.add(chunk)
+                last = chunk
+                yield chunk
+            status = "ok"
+            usage = opened.usage_json or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+            head = {k: last.get(k) for k in ("id", "object", "created", "model") if k in last}
+            yield head | {"choices": [], "usage": usage, "fugu": call.fugu(opened.usage)}
+        except ProviderError:
+            status = "provider_error"
+            raise
+        finally:
+            opened.close()
+            message = _assembled(assembler)
+            self._record(call, opened.usage, status, _summary(message))
+            if status == "ok" and assembler.chunks:
+                self._learn(req, call.session, message)
+
+    def _route(self, req: ChatRequest, session: PassSession, failures: Sequence[ProviderError]) -> Call:
+        excluded = frozenset(f.worker for f in failures)
+        pool = self.resolved.pool
+        names = [w.name for w in pool]
+        if req.worker is not None and req.worker not in names:
+            raise ApiError(
+                404,
+                f"The model fugu/{req.worker} does not exist: usable workers are "
+                + ", ".join(f"fugu/{n}" for n in names),
+                code="model_not_found",
+                param="model",
+            )
+        if len(excluded) >= len(pool) or (req.worker is not None and req.worker in excluded):
+            raise AllWorkersFailed(failures)
+        turn = max(1, sum(1 for m in req.messages if m.get("role") == "user"))
+        state = RouteState(
+            messages=transcript(req.messages),
+            step=session.steps.get(turn, 0) + 1,
+            last_worker=session.last_worker,
+            excluded=excluded,
+            failover=bool(failures),
+        )
+        decision = self._pick(state, pool)
+        if req.worker is not None:
+            decision = dataclasses.replace(
+                decision, worker=req.worker, source="override", reason="fugu/<worker>"
+            )
+        elif failures:
+            decision = dataclasses.replace(
+                decision, source="fallback", reason=f"{', '.join(sorted(excluded))} failed"
+            )
+        worker = next(w for w in pool if w.name == decision.worker)
+        failed = tuple(f.worker for f in failures)
+        return Call(session, decision, worker, turn, session.next_step(turn), time.time(), failed)
+
+    def _pick(self, state: RouteState, pool: Sequence[Worker]) -> RouteDecision:
+        try:
+            return self.router.pick(state, pool)
+        except LookupError:
+            raise
+        except Exception as e:  # a broken router must not fail the call: the prior takes over
+            log.warning("router failed", exc_info=e)
+            return self._fallback.pick(state, pool)
+
+    def _record(self, call: Call, usage: Usage, status: str, text: str) -> None:
+        ledger = Ledger(self.store, call.session.id).turn(call.turn)
+        ledger.route(call.step, call.decision)
+        ledger.step(StepRecord(call.step, call.decision, status, usage, text[:2000], call.started))
+        if status == "ok":
+            call.session.last_worker = call.worker.name
+
+    def _learn(self, req: ChatRequest, session: PassSession, reply: dict[str, Any]) -> None:
+        """Remember this conversation, and its continuation with this reply, as the session's."""
+        digests = chain(req.messages)
+        self.conversations.remember(digests[-1], session.id)
+        self.conversations.remember(chain([reply], digests[-1])[-1], session.id)
+
+
+def transcript(messages: Sequence[dict[str, Any]]) -> list[Message]:
+    """The request's messages as the router reads them."""
+    out: list[Message] = []
+    for m in messages:
+        role = _ROLES.get(str(m.get("role")), m.get("role"))
+        calls = tuple(
+            ToolCall(str(c.get("id") or ""), str(fn.get("name") or ""), _arguments(fn.get("arguments")))
+            for c in m.get("tool_calls") or ()
+            if isinstance(c, dict) and isinstance(fn := c.get("function") or {}, dict)
+        )
+        try:
+            content = text_of(m.get("content"))
+        except ApiError:
+            content = ""
+        out.append(Message(role=role, content=content, tool_calls=calls, tool_call_id=m.get("tool_call_id")))  # type: ignore[arg-type]
+    return out
+
+
+def _arguments(raw: Any) -> str:
+    return raw if isinstance(raw, str) else json.dumps(raw)
+
+
+def _assembled(assembler: StreamAssembler) -> dict[str, Any]:
+    if not assembler.chunks:
+        return {"role": "assistant", "content": None}
+    return assembler.result().message.to_openai()
+
+
+def _summary(message: dict[str, Any]) -> str:
+    text = str(message.get("content") or "")
+    calls = [f"{(c.get('function') or {}).get('name')}()" for c in message.get("tool_calls") or ()]
+    return (text + (f" [calls: {' '.join(calls)}]" if calls else "")).strip()

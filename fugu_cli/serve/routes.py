@@ -1,0 +1,318 @@
+"""The HTTP routes of `fugu serve` as starlette endpoints: the model list, chat completions (pass-through or
+agent) and the Responses API. Each parses, hands the blocking work to a worker thread, and answers in OpenAI's
+shape; errors too. Never blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from fugu_cli.errors import ProviderError
+from fugu_cli.events import Event
+from fugu_cli.serve.hub import Hub
+from fugu_cli.serve.params import ChatRequest, parse_chat
+from fugu_cli.serve.passthrough import Call
+from fugu_cli.serve.responses import ResponseEvents, response_from_chat, to_chat
+from fugu_cli.serve.sse import EventStream, drain, from_thread, run_blocking, sse
+from fugu_cli.serve.turns import Finished, Slot
+from fugu_cli.serve.wire import (
+    ApiError,
+    Tracker,
+    api_error,
+    bad_param,
+    fugu_summary,
+    model_object,
+    new_id,
+    now,
+    outcome,
+    usage_json,
+)
+
+MAX_BODY = 16 * 1024 * 1024
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def error_response(error: ApiError) -> JSONResponse:
+    headers = dict(error.headers) | ({"www-authenticate": "Bearer"} if error.status == 401 else {})
+    return JSONResponse(error.body(), status_code=error.status, headers=headers)
+
+
+def openai_errors(endpoint: Endpoint) -> Endpoint:
+    @functools.wraps(endpoint)
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except Exception as e:
+            return error_response(api_error(e))
+
+    return wrapped
+
+
+def _hub(request: Request) -> Hub:
+    hub: Hub = request.app.state.hub
+    return hub
+
+
+async def _blocking(request: Request, fn: Callable[[], Any], cancel: threading.Event | None = None) -> Any:
+    return await run_blocking(request.receive, fn, cancel or threading.Event(), _hub(request).limiter)
+
+
+async def read_json(request: Request) -> Any:
+    import json
+
+    size = 0
+    parts: list[bytes] = []
+    async for part in request.stream():
+        size += len(part)
+        if size > MAX_BODY:
+            raise ApiError(413, f"the request body is over {MAX_BODY} bytes", code="request_too_large")
+        parts.append(part)
+    try:
+        return json.loads(b"".join(parts) or b"null")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ApiError(400, f"the request body is not valid JSON: {e}", code="invalid_json") from None
+
+
+@openai_errors
+async def list_models(request: Request) -> Response:
+    ids = await _blocking(request, _hub(request).model_ids)
+    return JSONResponse({"object": "list", "data": [model_object(i) for i in ids]})
+
+
+@openai_errors
+async def get_model(request: Request) -> Response:
+    wanted = str(request.path_params["model"]).removeprefix("openai/")
+    if wanted not in await _blocking(request, _hub(request).model_ids):
+        raise ApiError(404, f"The model {wanted!r} does not exist", code="model_not_found", param="model")
+    return JSONResponse(model_object(wanted))
+
+
+@openai_errors
+async def chat_completions(request: Request) -> Response:
+    req = parse_chat(await read_json(request), request.headers.get("x-fugu-session"))
+    if req.mode == "pass":
+        return await _pass_chat(request, req)
+    return await _agent_chat(request, req)
+
+
+# the pass-through
+
+
+async def _pass_chat(request: Request, req: ChatRequest) -> Response:
+    hub = _hub(request)
+    if not req.stream:
+        with hub.running() as cancel:
+            body = await _blocking(request, lambda: hub.passthrough().complete(req, cancel), cancel)
+        return JSONResponse(body, headers={"x-fugu-session": body["fugu"]["session_id"]})
+    cancel = hub.begin()
+    try:
+        call, chunks = await _blocking(request, lambda: hub.passthrough().stream(req, cancel), cancel)
+    except BaseException:
+        hub.end(cancel)
+        raise
+    items = from_thread(lambda put: drain(chunks, put, cancel), cancel, hub.limiter)
+    body = _chat_chunks(req, call, items, lambda: hub.end(cancel))
+    return EventStream(body, cancel, {"x-fugu-session": call.session.id})  # type: ignore[return-value]
+
+
+async def _chat_chunks(
+    req: ChatRequest, call: Call, items: AsyncIterator[Any], done: Callable[[], None]
+) -> AsyncIterator[bytes]:
+    first = True
+    try:
+        async for chunk in items:
+            chunk["model"] = req.model
+            if not chunk["choices"]:  # the usage chunk, last: only for a client that asked for it
+                if req.include_usage:
+                    yield sse(chunk)
+                continue
+            if req.include_usage:
+                chunk["usage"] = None
+            if first:
+                chunk["fugu"], first = call.fugu(), False
+            yield sse(chunk)
+        yield sse("[DONE]")
+    except Exception as e:
+        yield sse(api_error(e).body())
+    finally:
+        done()
+
+
+# the agent
+
+
+async def _agent_chat(request: Request, req: ChatRequest) -> Response:
+    hub = _hub(request)
+    slot, new = await _blocking(request, lambda: hub.agents().slot_for(req))
+    if not req.stream:
+        tracker = Tracker()
+        with hub.running() as cancel:
+            run = functools.partial(hub.agents().run, slot, new, req, tracker.track, cancel)
+            finished = await _blocking(request, run, cancel)
+        return _agent_reply(req, slot, finished, tracker)
+    cancel = hub.begin()
+    agents = hub.agents()
+
+    def produce(put: Callable[[Any], None]) -> None:
+        put(agents.run(slot, new, req, put, cancel))
+
+    items = from_thread(produce, cancel, hub.limiter)
+    body = _agent_chunks(req, slot, items, lambda: hub.end(cancel))
+    return EventStream(body, cancel, {"x-fugu-session": slot.session.id})  # type: ignore[return-value]
+
+
+def _agent_reply(req: ChatRequest, slot: Slot, finished: Finished | None, tracker: Tracker) -> Response:
+    finish, error = outcome(finished.result if finished else None)
+    headers = {"x-fugu-session": slot.session.id} | (
+        {"x-fugu-replayed": "true"} if finished and finished.replayed else {}
+    )
+    extra = _summary(finished, tracker)
+    if error is not None:
+        return JSONResponse(
+            error.body() | {"fugu": extra}, status_code=error.status, headers=headers | error.headers
+        )
+    assert finished is not None
+    message = {"role": "assistant", "content": finished.answer}
+    body = {
+        "id": new_id("chatcmpl-"),
+        "object": "chat.completion",
+        "created": now(),
+        "model": req.model,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+        "usage": usage_json(finished.result.usage),
+        "fugu": extra,
+    }
+    return JSONResponse(body, headers=headers)
+
+
+def _summary(finished: Finished | None, tracker: Tracker) -> dict[str, Any]:
+    if finished is None:
+        return {}
+    return fugu_summary(finished.result, tracker.steps) | ({"replayed": True} if finished.replayed else {})
+
+
+async def _agent_chunks(
+    req: ChatRequest, slot: Slot, items: AsyncIterator[Any], done: Callable[[], None]
+) -> AsyncIterator[bytes]:
+    base = {
+        "id": new_id("chatcmpl-"),
+        "object": "chat.completion.chunk",
+        "created": now(),
+        "model": req.model,
+    }
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        usage = {"usage": None} if req.include_usage else {}
+        return sse(base | {"choices": [choice]} | usage | extra)
+
+    tracker = Tracker()
+    finished: Finished | None = None
+    try:
+        yield chunk({"role": "assistant", "content": ""})
+        async for item in items:
+            if isinstance(item, Event):
+                text, fugu = tracker.see(item)
+                # text goes out as it comes unless the answer is reshaped (response_format, stop) at the end
+                if text and not (req.response_format or req.stop):
+                    yield chunk({"content": text})
+                elif fugu is not None:
+                    yield chunk({"content": ""}, fugu=fugu)
+            else:
+                finished = item
+        finish, error = outcome(finished.result if finished else None)
+        extra = _summary(finished, tracker)
+        if error is not None:
+            yield sse(error.body() | {"fugu": extra})
+            return
+        assert finished is not None
+        if finished.replayed or req.response_format or req.stop or not tracker.streamed:
+            yield chunk({"content": finished.answer})
+        yield chunk({}, finish, fugu=extra)
+        if req.include_usage:
+            yield sse(base | {"choices": [], "usage": usage_json(finished.result.usage)})
+        yield sse("[DONE]")
+    except Exception as e:
+        yield sse(api_error(e).body())
+    finally:
+        done()
+
+
+# the Responses API
+
+
+@openai_errors
+async def responses(request: Request) -> Response:
+    hub = _hub(request)
+    body = await read_json(request)
+    chat = to_chat(body)
+    req = parse_chat(chat, request.headers.get("x-fugu-session"))
+    if req.mode != "pass" and req.worker is None:
+        raise bad_param(
+            "model", f"/v1/responses serves the pass-through (model fugu or fugu/<worker>), not {req.model}"
+        )
+    req = dataclasses.replace(req, mode="pass")
+    if not req.stream:
+        with hub.running() as cancel:
+            reply = await _blocking(request, lambda: hub.passthrough().complete(req, cancel), cancel)
+        return JSONResponse(
+            response_from_chat(reply, body), headers={"x-fugu-session": reply["fugu"]["session_id"]}
+        )
+    cancel = hub.begin()
+    try:
+        call, chunks = await _blocking(request, lambda: hub.passthrough().stream(req, cancel), cancel)
+    except BaseException:
+        hub.end(cancel)
+        raise
+    items = from_thread(lambda put: drain(chunks, put, cancel), cancel, hub.limiter)
+    events = _response_events(ResponseEvents(body), call, items, lambda: hub.end(cancel))
+    return EventStream(events, cancel, {"x-fugu-session": call.session.id})  # type: ignore[return-value]
+
+
+async def _response_events(
+    events: ResponseEvents, call: Call, items: AsyncIterator[Any], done: Callable[[], None]
+) -> AsyncIterator[bytes]:
+    usage: dict[str, Any] | None = None
+    try:
+        for event in events.start(call.fugu()):
+            yield sse(event, event["type"])
+        async for chunk in items:
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+            for event in events.feed(chunk):
+                yield sse(event, event["type"])
+        for event in events.finish(usage, call.fugu()):
+            yield sse(event, event["type"])
+    except (ProviderError, ApiError) as e:
+        failed = events.failed(api_error(e))
+        yield sse(failed, failed["type"])
+    finally:
+        done()
+
+
+async def not_found(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 404)
+    if status == 405:
+        message = f"method {request.method} is not allowed on {request.url.path}"
+        return error_response(ApiError(405, message, code="method_not_allowed"))
+    return error_response(ApiError(404, f"no route {request.method} {request.url.path}", code="not_found"))
+
+
+def routes() -> list[Route]:
+    out = []
+    for prefix in ("/v1", ""):
+        out += [
+            Route(f"{prefix}/models", list_models, methods=["GET"]),
+            Route(prefix + "/models/{model:path}", get_model, methods=["GET"]),
+            Route(f"{prefix}/chat/completions", chat_completions, methods=["POST"]),
+            Route(f"{prefix}/responses", responses, methods=["POST"]),
+        ]
+    return out

@@ -1,0 +1,80 @@
+"""The pass-through call (`llm/forward.py`) on both of its paths against loopback servers: OpenAI-compatible
+workers posted to directly, an Anthropic-shaped worker through litellm. Same retries, same OpenAI shapes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fugu_cli.errors import ProviderError
+from fugu_cli.llm.client import ClientConfig
+from fugu_cli.llm.forward import Forwarder, RequestRejected
+from fugu_cli.types import Worker
+from tests.loopback import LoopbackServer
+
+TOOL = {
+    "type": "function",
+    "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}},
+}
+FAST = ClientConfig(max_retries=2, backoff_base_s=0.0, backoff_max_s=0.0)
+
+
+def _workers(server: LoopbackServer) -> list[Worker]:
+    return [
+        Worker("oa", "openai/oa", api_base=server.base_url, price_in=1.0, price_out=1.0),
+        Worker("an", "anthropic/an", api_base=server.url, price_in=1.0, price_out=1.0),
+    ]
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["direct", "litellm"])
+def test_tool_call_whole_and_streamed_in_openai_shape(loopback: LoopbackServer, index: int) -> None:
+    worker = _workers(loopback)[index]
+    reply = {"content": None, "tool_calls": [{"id": "call_1", "name": "lookup", "arguments": {"q": "x"}}]}
+    loopback.script(worker.model, [reply, reply])
+    forwarder = Forwarder(FAST)
+    params = {"messages": [{"role": "user", "content": "find x"}], "tools": [TOOL], "max_tokens": 30}
+    whole = forwarder.complete(worker, params)
+    message = whole.body["choices"][0]["message"]
+    assert message["tool_calls"][0]["function"]["name"] == "lookup"
+    assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == {"q": "x"}
+    assert whole.body["choices"][0]["finish_reason"] == "tool_calls" and whole.usage.cost_usd > 0
+
+    stream = forwarder.stream(worker, params)
+    chunks = list(stream)
+    args = "".join(
+        tc["function"].get("arguments") or ""
+        for c in chunks
+        for tc in c["choices"][0]["delta"].get("tool_calls") or ()
+    )
+    assert json.loads(args) == {"q": "x"} and all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert stream.usage.completion_tokens > 0 and stream.usage.cost_usd > 0
+    sent = loopback.requests_for(worker.model)
+    assert len(sent) == 2 and sent[1].stream
+    assert sent[0].body["max_tokens"] == 30
+    if index == 0:  # as the client sent it
+        assert sent[0].body["tools"] == [TOOL]
+    else:  # translated by litellm into Anthropic's tool shape
+        assert sent[0].body["tools"][0]["name"] == "lookup" and "input_schema" in sent[0].body["tools"][0]
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["direct", "litellm"])
+def test_retries_then_gives_up_with_a_provider_error(loopback: LoopbackServer, index: int) -> None:
+    worker = _workers(loopback)[index]
+    loopback.script(worker.model, [{"fault": 500}, {"fault": 429}, "third time"])
+    forwarder = Forwarder(FAST)
+    body = forwarder.complete(worker, {"messages": [{"role": "user", "content": "hi"}]}).body
+    assert body["choices"][0]["message"]["content"] == "third time"
+    loopback.script(worker.model, [{"fault": 503}] * 3)
+    with pytest.raises(ProviderError) as failed:
+        forwarder.stream(worker, {"messages": [{"role": "user", "content": "hi"}]})
+    assert "after 3 attempts" in str(failed.value) and not isinstance(failed.value, RequestRejected)
+    assert len(loopback.requests_for(worker.model)) == 6
+
+
+def test_a_refusal_is_not_retried_and_names_the_parameter(loopback: LoopbackServer) -> None:
+    worker = _workers(loopback)[0]
+    loopback.script(worker.model, [{"fault": 400}])
+    with pytest.raises(RequestRejected):
+        Forwarder(FAST).complete(worker, {"messages": [{"role": "user", "content": "hi"}], "seed": 1})
+    assert len(loopback.requests_for(worker.model)) == 1

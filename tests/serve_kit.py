@@ -1,0 +1,99 @@
+"""What the `fugu serve` tests share: a pool on a loopback server, an in-process server in a fresh git repo
+(the `serve` fixture), plain-HTTP helpers and the store's rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fugu_cli.serve import FuguServer, ServeOptions
+from tests.helpers import make_repo, write_pool
+from tests.loopback import LoopbackServer
+
+KEY = "sk-fugu-test-key"
+Serve = Callable[..., FuguServer]
+
+
+def pool_file(tmp_path: Path, server: LoopbackServer, *names: str) -> Path:
+    workers = [
+        {
+            "name": n,
+            "model": f"openai/{n}",
+            "api_base": server.base_url,
+            "description": f"worker {n}",
+            "priority": len(names) - i,
+            "price_in": 1.0,
+            "price_out": 2.0,
+        }
+        for i, n in enumerate(names)
+    ]
+    return write_pool(tmp_path / "pool.toml", workers)
+
+
+def no_retries() -> None:
+    """Workers fail at once (no backoff): failover tests stay fast."""
+    (Path(os.environ["FUGU_HOME"]) / "config.toml").write_text("[llm]\nmax_retries = 0\n")
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Serve]:
+    """Starts an in-process `fugu serve` on an ephemeral port in a fresh git repo; stops it after the test."""
+    servers: list[FuguServer] = []
+
+    def start(pool: Path, **options: Any) -> FuguServer:
+        repo = tmp_path / "repo"
+        if not repo.exists():
+            make_repo(repo)
+        server = FuguServer(ServeOptions(port=0, cwd=repo, pool=str(pool), **options)).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def post(
+    url: str, body: dict[str, Any], headers: dict[str, str] | None = None, path: str = "/chat/completions"
+) -> tuple[int, Any, Any]:
+    request = urllib.request.Request(
+        url + path,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **(headers or {})},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            raw = reply.read().decode()
+            kind = reply.headers.get("Content-Type", "")
+            data = sse_events(raw) if kind.startswith("text/event-stream") else json.loads(raw)
+            return reply.status, data, reply.headers
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read()), e.headers
+
+
+def sse_events(raw: str) -> list[Any]:
+    out: list[Any] = []
+    for block in raw.split("\n\n"):
+        for line in block.splitlines():
+            if line.startswith("data: "):
+                payload = line.removeprefix("data: ")
+                out.append(payload if payload == "[DONE]" else json.loads(payload))
+    return out
+
+
+def ask(task: str, model: str = "fugu", **extra: Any) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": task}], **extra}
+
+
+def rows(sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(Path(os.environ["FUGU_HOME"]) / "fugu.db") as conn:
+        return list(conn.execute(sql, args).fetchall())
