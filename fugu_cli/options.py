@@ -50,6 +50,7 @@ class RunOptions:
     ultra: bool | None = None
     plan: Path | None = None  # --plan FILE: the workflow ultra mode runs instead of asking the conductor
     trust_project: bool = False  # obey the repository's own .fugu/config.toml in full for this run
+    repo_map: bool | None = None  # --no-repo-map: False
 
     def overrides(self) -> dict[str, Any]:
         """The configuration layer these options make (the top one: flags beat every file)."""
@@ -62,6 +63,7 @@ class RunOptions:
             "max_turns": self.max_turns,
             "max_budget_usd": self.max_budget_usd,
             "ultra": self.ultra,
+            "context": None if self.repo_map is None else {"repo_map": self.repo_map},
         }
 
     @property

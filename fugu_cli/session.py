@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Protocol
 
 from fugu_cli.agent import Agent, AgentDeps, Limits, TurnIO
+from fugu_cli.context.guard import ContextGuard
 from fugu_cli.errors import UsageError
-from fugu_cli.events import Emit, Notice, SessionStarted, TurnFinished, ignore
+from fugu_cli.events import Compacted, Emit, Notice, SessionStarted, TurnFinished, ignore
 from fugu_cli.ledger import Ledger
 from fugu_cli.router import Router
 from fugu_cli.store import Store
@@ -63,6 +64,7 @@ class SessionDeps:
     router: Router
     fallback: Router
     ultra: UltraMode | None = None
+    repo_map: Callable[[Sequence[Message]], str] | None = None  # the map given at the start of each turn
 
 
 class Session:
@@ -76,6 +78,7 @@ class Session:
         self._lock = threading.Lock()
         if not self.messages and config.system_prompt:
             self._append(Message(role="system", content=config.system_prompt))
+        self._seen = self.ledger.message_count()  # stored messages this session object has caught up with
 
     @property
     def ledger(self) -> Ledger:
@@ -142,7 +145,10 @@ class Session:
             )
 
             def fugu_turn() -> TurnResult:
-                return Agent(deps).run(self.messages, turn, self._picker(emit), self.config.limits, io)
+                brief = self.repo_map_text()
+                return Agent(deps).run(
+                    self.messages, turn, self._picker(emit), self.config.limits, io, brief=brief
+                )
 
             if self.ultra and self.deps.ultra is not None:
                 outcome = self.deps.ultra.run_turn(
@@ -155,8 +161,47 @@ class Session:
             else:
                 result = fugu_turn()
             store.finish_turn(self.id, turn, result.status, result.result, result.usage.cost_usd)
+            self._seen = self.ledger.message_count()
             emit(TurnFinished(session_id=self.id, result=result))
             return result
+
+    def repo_map_text(self) -> str:
+        """The repo map for the transcript as it stands ('' when the map is off or finds nothing)."""
+        if self.deps.repo_map is None:
+            return ""
+        try:
+            return self.deps.repo_map(self.messages)
+        except Exception as e:  # a broken map must not cost the turn
+            log.warning("repo map failed", exc_info=e)
+            return ""
+
+    def compact(self, focus: str = "", emit: Emit = ignore) -> Compacted | None:
+        """`/compact [focus]`: replace every step but the last by a summary now. None when there was nothing
+        to replace."""
+        agent = self.deps.agent
+        if agent.context is None:
+            raise UsageError("this session keeps no token accounts, so it cannot compact")
+        with self._lock, self.deps.store.session_lock(self.id):
+            self._catch_up()
+            steps = self.ledger.steps()
+            names = {w.name: w for w in self.deps.pool}
+            target = names.get(steps[-1].worker) if steps else None
+            guard = ContextGuard(
+                agent.context,
+                agent.llm,
+                self.deps.pool,
+                agent.tools.schemas(),
+                self.ledger.turn(self.turn),
+                self.config.root,
+            )
+            target = target or guard.roomiest(())
+            done = guard.compact(self.messages, target, "user", focus=focus, keep_tokens=0)
+            self._seen = self.ledger.message_count()
+        if done is None:
+            return None
+        event = done.event(self.id)
+        emit(event)
+        return event
 
     def _picker(self, emit: Emit) -> Callable[[RouteState], RouteDecision]:
         def pick(state: RouteState) -> RouteDecision:
@@ -185,10 +230,11 @@ class Session:
 
     def _catch_up(self) -> None:
         """Another process may have run turns of this session since we loaded it: continue from there."""
-        stored = [m for _, m in self.deps.store.load_messages(self.id)]
-        if len(stored) > len(self.messages):
-            self.messages = stored
+        count = self.ledger.message_count()
+        if count > self._seen:
+            self.messages = self.ledger.transcript()
             self.turn = max(self.turn, self._last_turn())
+            self._seen = count
 
     def add_context(self, messages: Sequence[Message]) -> None:
         """Add earlier conversation (an API client's history) to the transcript, persisted like a turn."""
@@ -200,7 +246,8 @@ class Session:
         self.ledger.turn(self.turn).message(message)
 
     def _last_turn(self) -> int:
-        return sum(1 for m in self.messages if m.role == "user")
+        """The last turn stored (a compacted transcript no longer holds every turn's message)."""
+        return max(self.deps.store.last_turn(self.id), sum(1 for m in self.messages if m.role == "user"))
 
     def _checkpointer(self, turn: int, emit: Emit) -> Callable[[], None]:
         def checkpoint() -> None:
