@@ -267,7 +267,7 @@ class _Run:
                 self.ledger.step(StepRecord(step, decision, status, Usage(), str(e), step_started))
                 if overflow and f"overflow:{worker.name}" not in compacted:
                     compacted.add(f"overflow:{worker.name}")
-                    if self._compact(worker, "overflow"):
+                    if self._compact(worker, "overflow", keep_tokens=0):
                         continue  # the same step again, compacted: not a failover
                 self.failed.add(worker.name)
                 failover = True
@@ -277,10 +277,14 @@ class _Run:
             reply = dataclasses.replace(completion.message, worker=worker.name)
             return decision, reply, completion.usage, step_started
 
-    def _compact(self, target: Worker, trigger: str) -> bool:
+    def _compact(self, target: Worker, trigger: str, keep_tokens: int | None = None) -> bool:
+        """Compact the transcript for `target`. After a context-window error only the last step stays
+        verbatim: the provider's window is smaller than we counted."""
         if self.guard is None:
             return False
-        done = self.guard.compact(self.messages, target, trigger, self.failed, self.io.cancel)
+        done = self.guard.compact(
+            self.messages, target, trigger, self.failed, self.io.cancel, keep_tokens=keep_tokens
+        )
         if done is None:
             return False
         if done.summarizer is not None:

@@ -243,7 +243,12 @@ class _Handler(BaseHTTPRequestHandler):
         status = int(fault)
         extra = {"Retry-After": str(reply["retry_after"])} if "retry_after" in reply else None
         kinds = {429: "rate_limit_error", 401: "authentication_error", 400: "invalid_request_error"}
-        err = {"message": f"loopback fault {status}", "type": kinds.get(status, "server_error")}
+        err = {
+            "message": reply.get("message", f"loopback fault {status}"),
+            "type": kinds.get(status, "server_error"),
+        }
+        if reply.get("code"):
+            err["code"] = reply["code"]
         self._send_json(rec, status, {"error": err, "type": "error"}, extra)
 
     def _stream(
