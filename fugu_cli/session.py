@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Protocol
 
 from fugu_cli.agent import Agent, AgentDeps, Limits, TurnIO
+from fugu_cli.context.budget import usage_lines
 from fugu_cli.context.guard import ContextGuard
 from fugu_cli.errors import UsageError
 from fugu_cli.events import Compacted, Emit, Notice, SessionStarted, TurnFinished, ignore
 from fugu_cli.ledger import Ledger
+from fugu_cli.llm.tokens import Window
 from fugu_cli.router import Router
 from fugu_cli.store import Store
 from fugu_cli.types import FallBack, Message, RouteDecision, RouteState, TurnResult, Worker
@@ -174,6 +176,14 @@ class Session:
         except Exception as e:  # a broken map must not cost the turn
             log.warning("repo map failed", exc_info=e)
             return ""
+
+    def context_used(self) -> list[tuple[str, int, Window]]:
+        """(worker, tokens the next request would carry, its window) for each worker of the pool."""
+        policy = self.deps.agent.context
+        if policy is None:
+            return []
+        schemas = self.deps.agent.tools.schemas()
+        return usage_lines(policy, self.deps.pool, self.messages, schemas)
 
     def compact(self, focus: str = "", emit: Emit = ignore) -> Compacted | None:
         """`/compact [focus]`: replace every step but the last by a summary now. None when there was nothing

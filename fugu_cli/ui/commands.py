@@ -180,6 +180,46 @@ def _cost(ctx: Context, arg: str) -> None:
         f"${total.cost_usd:.4f}",
     )
     ctx.console.print(table)
+    _context_used(ctx)
+
+
+def _context_used(ctx: Context) -> None:
+    """How much of each worker's window the next request would fill."""
+    from rich.table import Table
+
+    session = ctx.session
+    rows = session.context_used()
+    if not rows:
+        return
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("worker", "context used", "window", "reserve", "used"):
+        table.add_column(col, justify="left" if col == "worker" else "right")
+    for name, used, window in rows:
+        share = used / window.usable if window.usable else 1.0
+        table.add_row(name, f"{used:,}", f"{window.tokens:,}", f"{window.reserve:,}", f"{share:.0%}")
+    ctx.console.print(table)
+
+
+def _compact(ctx: Context, arg: str) -> None:
+    done = ctx.session.compact(arg)
+    if done is None:
+        _say(ctx, "nothing to compact: the transcript holds no step older than the last one", "dim")
+        return
+    by = f", summary by {done.summarizer}" if done.summarizer else ""
+    _say(
+        ctx,
+        f"compacted: {done.tokens_before:,} → {done.tokens_after:,} tokens for {done.worker} "
+        f"({done.messages_replaced} messages replaced{by}); the store keeps them all",
+        "green",
+    )
+
+
+def _map(ctx: Context, arg: str) -> None:
+    text = ctx.session.repo_map_text()
+    if not text:
+        _say(ctx, "no repo map: it is off (--no-repo-map) or no source file has a definition", "dim")
+        return
+    ctx.console.print(text, overflow="fold", markup=False, highlight=False)
 
 
 def _ledgers(session: Session) -> list[Ledger]:
@@ -309,7 +349,9 @@ COMMANDS: dict[str, Command] = {
             "worker", "NAME|auto", "send every step to NAME (sticky), or let the router pick again", _worker
         ),
         Command("pool", "", "the workers, their prices and the router's last probabilities", _pool),
-        Command("cost", "", "tokens and cost of this session, per worker", _cost),
+        Command("cost", "", "tokens, cost and context used of this session, per worker", _cost),
+        Command("compact", "[FOCUS]", "replace older steps by a summary now (keeping FOCUS)", _compact),
+        Command("map", "", "the repo map the workers get at the start of a turn", _map),
         Command("trace", "", "who did what in this session: each step's worker, why, tools, cost", _trace),
         Command("diff", "[PATH]", "uncommitted changes in the repository", _diff),
         Command("undo", "", "restore the files to before the last edited turn's first edit", _undo),
