@@ -29,7 +29,8 @@ FILES = {
     "impl Parser { pub fn parse_expr(&mut self) -> i64 { 0 } }\n",
     "java/Account.java": "public class Account {\n    private long balance;\n"
     "    public void deposit(long amount) { balance += amount; }\n}\n",
-    "c/queue.c": "struct queue { int head; };\nint queue_push(struct queue *q, int v) { q->head = v; return 0; }\n",
+    "c/queue.c": "struct queue { int head; };\n"
+    "int queue_push(struct queue *q, int v) { q->head = v; return 0; }\n",
     "c/matrix.cpp": "namespace linalg {\nclass Matrix { public: double det() const; };\n"
     "double Matrix::det() const { return 1.0; }\n}\n",
     "build/generated.py": "def ignored_helper():\n    pass\n",
