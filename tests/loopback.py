@@ -134,7 +134,8 @@ class LoopbackServer:
         short = model.split("/", 1)[-1]
         return [r for r in self.requests if r.model in (model, short)]
 
-    def next_reply(self, model: str | None) -> dict[str, Any]:
+    def next_reply(self, model: str | None, body: Any = None) -> dict[str, Any]:
+        """The next scripted reply for `model` (`body` is the request, for servers that reply to it)."""
         with self._lock:
             for key, queue in self._queues.items():
                 if model and (key == model or key.endswith("/" + model)) and queue:
@@ -187,7 +188,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path not in ("/v1/chat/completions", "/chat/completions", "/v1/messages", "/messages"):
             self._send_json(rec, 404, {"error": {"message": f"no route {self.path}"}})
             return
-        reply = self.loopback.next_reply(rec.model)
+        reply = self.loopback.next_reply(rec.model, body)
         rec.reply = reply
         if reply.get("delay_s") and self.loopback.wait(float(reply["delay_s"])):
             return

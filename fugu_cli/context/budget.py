@@ -48,12 +48,33 @@ class Fit:
         return "masked (window too small): " + "; ".join(self.masked.values())
 
 
+class RunningCounts:
+    """Prefix sums of a transcript's token counts per tokenizer family: a transcript that only grew since
+    the last step is counted for its new messages alone, so a step's counting stays flat as it grows."""
+
+    def __init__(self) -> None:
+        self._by_family: dict[str, tuple[list[Message], list[int]]] = {}
+
+    def total(self, policy: ContextPolicy, worker: Worker, messages: Sequence[Message]) -> int:
+        family = policy.counter.family(worker)
+        old, sums = self._by_family.get(family, ([], [0]))
+        same, limit = 0, min(len(old), len(messages))
+        while same < limit and old[same] is messages[same]:
+            same += 1
+        sums = sums[: same + 1]
+        for m in messages[same:]:
+            sums.append(sums[-1] + policy.counter.message(worker, m))
+        self._by_family[family] = (list(messages), sums)
+        return sums[-1]
+
+
 def fit(
     policy: ContextPolicy,
     workers: Sequence[Worker],
     messages: Sequence[Message],
     tools: Sequence[Mapping[str, Any]],
     skip: Collection[str] = (),
+    running: RunningCounts | None = None,
 ) -> Fit:
     """Count the request for every worker not in `skip` (once per tokenizer family) and mask those whose
     window cannot hold it plus their reply reserve."""
@@ -65,7 +86,10 @@ def fit(
             continue
         family = policy.counter.family(w)
         if family not in by_family:
-            by_family[family] = policy.tokens(w, messages, tools)
+            if running is None:
+                by_family[family] = policy.tokens(w, messages, tools)
+            else:
+                by_family[family] = running.total(policy, w, messages) + policy.counter.tools(w, tools) + 3
         need = tokens[w.name] = by_family[family]
         window = policy.window(w)
         if need > window.usable:

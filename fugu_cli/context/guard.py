@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fugu_cli.context.budget import ContextPolicy, Fit, fit
+from fugu_cli.context.budget import ContextPolicy, Fit, RunningCounts, fit
 from fugu_cli.context.compact import Compaction, Compactor, CompactRequest
 from fugu_cli.events import Compacted
 from fugu_cli.ledger import TurnLedger
@@ -83,9 +83,10 @@ class ContextGuard:
     ) -> None:
         self.policy, self.workers, self.tools, self.ledger = policy, list(workers), tools, ledger
         self.compactor = Compactor(llm, policy, self.workers, tools, ledger.ledger, root)
+        self.running = RunningCounts()
 
     def fit(self, request: Sequence[Message], failed: Collection[str]) -> StepFit:
-        counted = fit(self.policy, self.workers, request, self.tools, skip=failed)
+        counted = fit(self.policy, self.workers, request, self.tools, skip=failed, running=self.running)
         live = tuple(w.name for w in self.workers if w.name not in failed)
         thresholds = {w.name: self.policy.threshold(w) for w in self.workers if w.name in counted.tokens}
         return StepFit(counted, thresholds, live)

@@ -78,6 +78,10 @@ def message_text(message: Message) -> str:
     return "\n".join(p for p in parts if p)
 
 
+def _schemas_text(tools: Sequence[Mapping[str, Any]]) -> str:
+    return json.dumps(list(tools), sort_keys=True) if tools else ""
+
+
 class _Counts:
     """A bounded cache of message counts per tokenizer family. Keys hold the message itself (frozen, so
     hashable): an equal message read back from the store counts once more, then hits."""
@@ -114,7 +118,6 @@ class CharTokens:
 
     def __init__(self, reserve: int | None = None) -> None:
         self._reserve = reserve
-        self._tools: dict[int, int] = {}
 
     def family(self, worker: Worker) -> str:
         return "chars"
@@ -132,10 +135,7 @@ class CharTokens:
         return len(text) // 4
 
     def tools(self, worker: Worker, tools: Sequence[Mapping[str, Any]]) -> int:
-        key = id(tools)
-        if key not in self._tools:
-            self._tools[key] = len(json.dumps(list(tools))) // 4
-        return self._tools[key]
+        return len(_schemas_text(tools)) // 4
 
 
 class LiteLLMTokens:
@@ -148,7 +148,7 @@ class LiteLLMTokens:
         self._counts = _Counts()
         self._families: dict[str, tuple[str, Any]] = {}
         self._windows: dict[Worker, Window] = {}
-        self._tools: dict[tuple[str, int], int] = {}
+        self._tools: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
 
     def family(self, worker: Worker) -> str:
@@ -169,9 +169,10 @@ class LiteLLMTokens:
 
     def tools(self, worker: Worker, tools: Sequence[Mapping[str, Any]]) -> int:
         family, encode = self._tokenizer(worker.model)
-        key = (family, id(tools))
+        text = _schemas_text(tools)
+        key = (family, text)
         if key not in self._tools:
-            self._tools[key] = int(encode(json.dumps(list(tools)))) if tools else 0
+            self._tools[key] = int(encode(text)) if tools else 0
         return self._tools[key]
 
     def _tokenizer(self, model: str) -> tuple[str, Callable[[str], int]]:
