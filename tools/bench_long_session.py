@@ -230,8 +230,11 @@ def _report(
         row["requests"] += 1
         row["max_tokens"] = max(row["max_tokens"], tokens)
         row["over"] += int(tokens > window)
-    early, late = own[4:15], own[-11:]
-    cpu_early, cpu_late = cpu[4:15], cpu[-11:]
+    # a step's own time depends on where it sits in its turn (the first step builds the repo map, a step
+    # after a large tool output counts that output's tokens), so compare whole turns: the second turn
+    # (steps 11-20, around step 10) against the last one (around step 300)
+    early, late = own[10:20], own[-10:]
+    cpu_early, cpu_late = cpu[10:20], cpu[-10:]
     triggers: dict[str, int] = {}
     for c in clock.compactions:
         triggers[c.trigger] = triggers.get(c.trigger, 0) + 1
@@ -244,16 +247,12 @@ def _report(
         "compactions": len(clock.compactions),
         "compaction_triggers": triggers,
         "tokens_before_after": [(c.tokens_before, c.tokens_after) for c in clock.compactions[:5]],
-        "own_ms_median_steps_5_15": round(statistics.median(early), 2) if early else None,
-        "own_ms_median_last_11": round(statistics.median(late), 2) if late else None,
-        "own_ratio_late_over_early": round(statistics.median(late) / statistics.median(early), 2)
-        if early and late
-        else None,
-        "own_cpu_ms_median_steps_5_15": round(statistics.median(cpu_early), 2) if cpu_early else None,
-        "own_cpu_ms_median_last_11": round(statistics.median(cpu_late), 2) if cpu_late else None,
-        "own_cpu_ratio_late_over_early": round(statistics.median(cpu_late) / statistics.median(cpu_early), 2)
-        if cpu_early and cpu_late
-        else None,
+        "own_ms_turn2_median_mean": _stats(early),
+        "own_ms_last_turn_median_mean": _stats(late),
+        "own_ratio_last_turn_over_turn2_median_mean": _ratio(late, early),
+        "own_cpu_ms_turn2_median_mean": _stats(cpu_early),
+        "own_cpu_ms_last_turn_median_mean": _stats(cpu_late),
+        "own_cpu_ratio_last_turn_over_turn2_median_mean": _ratio(cpu_late, cpu_early),
         "own_cpu_ms_median_per_50_steps": [
             round(statistics.median(cpu[i : i + 50]), 2) for i in range(0, len(cpu), 50) if cpu[i : i + 50]
         ],
@@ -265,6 +264,19 @@ def _report(
         "elapsed_s": round(elapsed, 1),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
+
+
+def _stats(values: list[float]) -> list[float] | None:
+    return [round(statistics.median(values), 2), round(statistics.fmean(values), 2)] if values else None
+
+
+def _ratio(late: list[float], early: list[float]) -> list[float] | None:
+    if not late or not early:
+        return None
+    return [
+        round(statistics.median(late) / statistics.median(early), 2),
+        round(statistics.fmean(late) / statistics.fmean(early), 2),
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

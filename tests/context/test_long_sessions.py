@@ -111,3 +111,26 @@ def test_a_worker_too_small_for_the_transcript_is_masked_and_the_route_says_why(
     assert "masked" in routes[1]["reason"] and "small holds 4,096 tokens" in routes[1]["reason"]
     assert routes[1]["scores"]["small"] == 0.0
     assert len(loopback.requests_for("small")) == 1
+
+
+def test_fugu_pool_shows_each_workers_window_reserve_and_tokenizer(tmp_path: Path) -> None:
+    pool = write_pool(
+        tmp_path / "pool.toml",
+        [
+            {
+                "name": "local",
+                "model": "openai/local-8k",
+                "api_base": "http://127.0.0.1:9",
+                "context_limit": 8192,
+            },
+            {"name": "claude", "model": "anthropic/claude-sonnet-4-5-20250929", "api_key_env": "NO_SUCH_KEY"},
+        ],
+    )
+    run = fugu("pool", "--pool", str(pool), "--json", cwd=tmp_path)
+    rows = {w["name"]: w for w in json.loads(run.stdout)["workers"]}
+    assert (rows["local"]["context_window"], rows["local"]["output_reserve"]) == (8192, 2048)
+    assert rows["local"]["window_source"] == "pool"
+    assert (rows["claude"]["context_window"], rows["claude"]["window_source"]) == (200_000, "litellm")
+    assert rows["claude"]["tokenizer"].startswith("tiktoken:")
+    text = fugu("pool", "--pool", str(pool), cwd=tmp_path).stdout
+    assert "8k ctx, 2k out (pool)" in text and "200k ctx, 8k out (litellm)" in text
