@@ -62,7 +62,7 @@ _fugu() {
     esac
     local opts="" subs=""
     case "$sub" in
-        "") opts="-p --print --output-format --max-turns --max-budget-usd --worker --pool --permission-mode --yes -y --continue -c --resume -r --router --cost-weight --ultra --plan --verbose --debug --version --help" subs="pool demo eval serve sessions router" ;;
+        "") opts="-p --print --output-format --max-turns --max-budget-usd --worker --pool --permission-mode --yes -y --continue -c --resume -r --router --cost-weight --ultra --plan --verbose --trust-project --debug --no-repo-map --version --help" subs="pool demo eval serve sessions router" ;;
         "pool") opts="--pool --json --help" subs="" ;;
         "demo") opts="--router --keep --help" subs="" ;;
         "eval") opts="--worker --mode --repeats --parallel --pool --router --max-turns --max-budget-usd --json --keep --help" subs="" ;;

@@ -111,7 +111,7 @@ class Agent:
     ) -> TurnResult:
         """Work on `messages` (appending to it, and recording every new message in the ledger) until a final
         answer, a limit, a failure or an interrupt. A compaction replaces `messages`' contents in place.
-        `brief` (the repo map) goes with the turn's message to each step of this run, never to the store."""
+        `brief` (the repo map) goes before the turn's message in each step of this run, never to the store."""
         run = _Run(self.d, messages, self.d.ledger.turn(turn), pick, limits, io or TurnIO())
         run.brief = brief
         return run.go()
@@ -293,14 +293,15 @@ class _Run:
         return True
 
     def _request(self, role: str | None) -> list[Message]:
-        """The messages a step sends: the transcript, the brief with the turn's message, the role's note."""
+        """The messages a step sends: the transcript, the brief just before the turn's message (a system
+        message: context, not the user's words), and the role's note."""
         messages: Sequence[Message] = self.messages
         if self.brief and self._turn_message is not None:
             if self._briefed is None:
-                text = f"{self._turn_message.content or ''}\n\n{self.brief}"
-                self._briefed = dataclasses.replace(self._turn_message, content=text)
-            briefed = self._briefed
-            messages = [briefed if m is self._turn_message else m for m in self.messages]
+                self._briefed = Message(role="system", content=self.brief)
+            at = next((i for i, m in enumerate(self.messages) if m is self._turn_message), None)
+            if at is not None:
+                messages = [*self.messages[:at], self._briefed, *self.messages[at:]]
         return self._with_role(messages, role)
 
     def _with_role(self, messages: Sequence[Message], role: str | None) -> list[Message]:

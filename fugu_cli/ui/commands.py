@@ -179,25 +179,17 @@ def _cost(ctx: Context, arg: str) -> None:
         f"{total.completion_tokens:,}",
         f"${total.cost_usd:.4f}",
     )
-    ctx.console.print(table)
     _context_used(ctx)
+    ctx.console.print(table)
 
 
 def _context_used(ctx: Context) -> None:
-    """How much of each worker's window the next request would fill."""
-    from rich.table import Table
-
-    session = ctx.session
-    rows = session.context_used()
+    """How much of each worker's window the next request would fill (what is left after the reply reserve)."""
+    rows = ctx.session.context_used()
     if not rows:
         return
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("worker", "context used", "window", "reserve", "used"):
-        table.add_column(col, justify="left" if col == "worker" else "right")
-    for name, used, window in rows:
-        share = used / window.usable if window.usable else 1.0
-        table.add_row(name, f"{used:,}", f"{window.tokens:,}", f"{window.reserve:,}", f"{share:.0%}")
-    ctx.console.print(table)
+    parts = [f"{name} {used:,}/{w.usable:,} ({used / max(w.usable, 1):.0%})" for name, used, w in rows]
+    _say(ctx, "context used: " + " · ".join(parts), "dim")
 
 
 def _compact(ctx: Context, arg: str) -> None:

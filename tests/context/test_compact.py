@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fugu_cli.agent import Agent, AgentDeps, Limits, TurnIO
 from fugu_cli.context import ContextPolicy
-from fugu_cli.context.compact import SUMMARY_NAME, CompactRequest, Compactor, split
+from fugu_cli.context.compact import SUMMARY_NAME, Compactor, CompactRequest, split
 from fugu_cli.events import Compacted, Event, RouteChosen
 from fugu_cli.llm.scripted import ScriptedLLM
 from fugu_cli.llm.tokens import CharTokens
@@ -49,9 +49,9 @@ def test_a_compaction_keeps_facts_and_the_store_keeps_every_message(tmp_path: Pa
             tool_reply(call("shell", command="echo " + "y" * 3000)),
             tool_reply(call("read_file", path="calc.py")),
             tool_reply(call("shell", command="python3 test_calc.py")),
+            "the summary",
+            tool_reply(call("shell", command="true")),
         ]
-        + ["the summary"]
-        + [tool_reply(call("shell", command="true"))]
     )
     d = dataclasses.replace(deps(tmp_path, llm), workers={SMALL.name: SMALL, CHEAP.name: CHEAP})
     messages = task()

@@ -77,7 +77,8 @@ def test_a_context_window_error_gets_a_compacted_retry_and_continue_resumes_comp
     assert not any("quick brown fox" in (m["content"] or "") for m in retry.messages if m["role"] == "tool")
     assert any("exit 1" in (m["content"] or "") for m in retry.messages)  # the facts the ledger distils
     assert _paired(retry.messages)
-    assert retry.messages[1]["content"].startswith("why does the test fail?")
+    assert retry.messages[1]["content"].startswith("Repository map")  # given before the task
+    assert retry.messages[2]["content"] == "why does the test fail?"
 
     loopback.script("solo", ["Still: add subtracts."])
     again = fugu("-p", "and now?", "--continue", "--pool", str(pool), cwd=repo)

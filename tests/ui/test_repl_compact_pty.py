@@ -41,8 +41,7 @@ def test_compact_shrinks_the_next_request_and_map_and_cost_show_the_context(
     assert "Focus the summary on: the fox" in json.dumps(summarize.body)
 
     child.send("/cost\r")
-    child.expect("context used")
-    child.expect(r"alpha\s+[\d,]+\s+32,768\s+4,096")
+    child.expect(r"context used: alpha [\d,]+/28,672 \(\d+%\)")
     child.expect(PROMPT)
 
     child.send("is it a fox?\r")
