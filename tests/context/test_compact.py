@@ -119,3 +119,22 @@ def test_past_the_threshold_the_agent_compacts_before_the_step(tmp_path: Path) -
         )
     routes = [e for e in events if isinstance(e, RouteChosen)]
     assert all(r.decision.worker == "alpha" for r in routes)
+
+
+def test_when_no_worker_can_hold_the_transcript_it_is_compacted_first(tmp_path: Path) -> None:
+    llm = ScriptedLLM(
+        [tool_reply(call("shell", command="echo " + "w" * 3000)) for _ in range(7)] + ["S", "finished"]
+    )
+    workers = {w.name: w for w in (SMALL, CHEAP)}
+    policy = ContextPolicy(CharTokens(), compact_at=1.0)  # the threshold is the window: only masking acts
+    d: AgentDeps = dataclasses.replace(deps(tmp_path, llm), workers=workers, context=policy)
+    events: list[Event] = []
+    result = Agent(d).run(task(), 1, prior, Limits(max_steps=9), TurnIO(emit=events.append))
+    assert result.status == "success" and result.result == "finished"
+    compactions = [e for e in events if isinstance(e, Compacted)]
+    assert compactions and all(c.trigger == "no-fit" and c.summarizer == "beta" for c in compactions)
+    assert all(c.tokens_before > 4500 >= c.tokens_after for c in compactions)  # 4,500: the usable window
+    for c in llm.calls:
+        assert (
+            policy.tokens(workers[c.worker], c.messages, c.tools) <= policy.window(workers[c.worker]).usable
+        )
