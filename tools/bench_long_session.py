@@ -235,6 +235,8 @@ def _report(
     # (steps 11-20, around step 10) against the last one (around step 300)
     early, late = own[10:20], own[-10:]
     cpu_early, cpu_late = cpu[10:20], cpu[-10:]
+    # the same over five turns each side (steps 11-60 against 251-300): less at the mercy of a busy moment
+    wide = (own[10:60], own[-50:], cpu[10:60], cpu[-50:])
     triggers: dict[str, int] = {}
     for c in clock.compactions:
         triggers[c.trigger] = triggers.get(c.trigger, 0) + 1
@@ -253,6 +255,8 @@ def _report(
         "own_cpu_ms_turn2_median_mean": _stats(cpu_early),
         "own_cpu_ms_last_turn_median_mean": _stats(cpu_late),
         "own_cpu_ratio_last_turn_over_turn2_median_mean": _ratio(cpu_late, cpu_early),
+        "own_ratio_turns_26_30_over_2_6_median_mean": _ratio(wide[1], wide[0]),
+        "own_cpu_ratio_turns_26_30_over_2_6_median_mean": _ratio(wide[3], wide[2]),
         "own_cpu_ms_median_per_50_steps": [
             round(statistics.median(cpu[i : i + 50]), 2) for i in range(0, len(cpu), 50) if cpu[i : i + 50]
         ],
