@@ -13,7 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from fugu_cli.errors import Interrupted, ProviderError
+from fugu_cli.context.budget import ContextPolicy
+from fugu_cli.context.guard import ContextGuard
+from fugu_cli.errors import ContextOverflow, Interrupted, ProviderError
 from fugu_cli.events import (
     AssistantMessage,
     Emit,
@@ -70,6 +72,7 @@ class AgentDeps:
     workers: Mapping[str, Worker]
     session_id: str
     role_prompt: Callable[[str], str] | None = None
+    context: ContextPolicy | None = None  # None: no token accounting, masking or compaction
 
 
 @dataclass(frozen=True)
@@ -112,11 +115,21 @@ class Agent:
         self.d = deps
 
     def run(
-        self, messages: list[Message], turn: int, pick: Picker, limits: Limits, io: TurnIO | None = None
+        self,
+        messages: list[Message],
+        turn: int,
+        pick: Picker,
+        limits: Limits,
+        io: TurnIO | None = None,
+        *,
+        brief: str = "",
     ) -> TurnResult:
         """Work on `messages` (appending to it, and recording every new message in the ledger) until a final
-        answer, a limit, a failure or an interrupt."""
-        return _Run(self.d, messages, self.d.ledger.turn(turn), pick, limits, io or TurnIO()).go()
+        answer, a limit, a failure or an interrupt. A compaction replaces `messages`' contents in place.
+        `brief` (the repo map) goes before the turn's message in each step of this run, never to the store."""
+        run = _Run(self.d, messages, self.d.ledger.turn(turn), pick, limits, io or TurnIO())
+        run.brief = brief
+        return run.go()
 
 
 class _Run:
@@ -143,6 +156,13 @@ class _Run:
         self.failed: set[str] = set()
         self.started = time.monotonic()
         self.sid = deps.session_id
+        self.brief = ""
+        self._turn_message = messages[-1] if messages and messages[-1].role == "user" else None
+        self._briefed: Message | None = None
+        self.guard = None
+        if deps.context is not None:
+            workers, schemas, root = list(deps.workers.values()), deps.tools.schemas(), deps.tool_ctx.root
+            self.guard = ContextGuard(deps.context, deps.llm, workers, schemas, ledger, root)
 
     def go(self) -> TurnResult:
         last_worker: str | None = None
@@ -217,27 +237,49 @@ class _Run:
         return None
 
     def _call(self, state: RouteState) -> _Reply:
-        """Pick a worker and get its reply; on a provider failure ask the picker for another (failover)."""
+        """Pick a worker that can hold the transcript and get its reply. Compacts first when no worker can
+        hold it or the chosen one is past its threshold, and after a context-window error (then retries);
+        on any other provider failure asks the picker for another worker (failover)."""
         errors: list[str] = []
         failover = False
+        compacted: set[str] = set()  # what triggered a compaction in this step (each at most once)
         step = state.step
         while True:
+            counted = self.guard.fit(self._request(None), self.failed) if self.guard else None
+            if counted and counted.nobody_fits and "no-fit" not in compacted:
+                compacted.add("no-fit")
+                if self.guard and self._compact(self.guard.roomiest(self.failed), "no-fit"):
+                    continue
+            masked = dict(counted.masked) if counted else {}
             try:
                 decision = self.pick(
-                    dataclasses.replace(state, excluded=frozenset(self.failed), failover=failover)
+                    dataclasses.replace(
+                        state,
+                        messages=tuple(self.messages),
+                        excluded=frozenset(self.failed | masked.keys()),
+                        failover=failover,
+                        masked=masked,
+                    )
                 )
             except LookupError:
-                raise _AllFailed("every worker failed: " + "; ".join(errors)) from None
+                raise _AllFailed(_nobody_left(errors, masked)) from None
+            if masked:
+                why = "; ".join(x for x in (decision.reason, counted.reason() if counted else "") if x)
+                decision = dataclasses.replace(decision, reason=why)
+            worker = self.d.workers[decision.worker]
+            if counted and counted.past_threshold(worker.name) and "threshold" not in compacted:
+                compacted.add("threshold")
+                if self._compact(worker, "threshold"):
+                    continue
             self.ledger.route(step, decision)
             self._emit(RouteChosen(session_id=self.sid, step=step, decision=decision))
-            worker = self.d.workers[decision.worker]
             self._emit(StepStarted(session_id=self.sid, step=step, worker=worker.name))
             step_started = time.time()
             clock = time.monotonic()
             try:
                 completion = self.d.llm.complete(
                     worker,
-                    self._with_role(state.messages, decision.role),
+                    self._request(decision.role),
                     self.d.tools.schemas(),
                     on_text=self._streamer(worker.name) if self.io.stream else None,
                     cancel=self.io.cancel,
@@ -253,7 +295,13 @@ class _Run:
                         session_id=self.sid, step=step, worker=worker.name, error=str(e), api_ms=spent
                     )
                 )
-                self.ledger.step(StepRecord(step, decision, "provider_error", Usage(), str(e), step_started))
+                overflow = isinstance(e, ContextOverflow)
+                status = "context_overflow" if overflow else "provider_error"
+                self.ledger.step(StepRecord(step, decision, status, Usage(), str(e), step_started))
+                if overflow and f"overflow:{worker.name}" not in compacted:
+                    compacted.add(f"overflow:{worker.name}")
+                    if self._compact(worker, "overflow", keep_tokens=0):
+                        continue  # the same step again, compacted: not a failover
                 self.failed.add(worker.name)
                 failover = True
                 continue
@@ -263,6 +311,33 @@ class _Run:
             finish = completion.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
             spent = (time.monotonic() - clock) * 1000.0
             return _Reply(decision, reply, completion.usage, step_started, finish, spent)
+
+    def _compact(self, target: Worker, trigger: str, keep_tokens: int | None = None) -> bool:
+        """Compact the transcript for `target`. After a context-window error only the last step stays
+        verbatim: the provider's window is smaller than we counted."""
+        if self.guard is None:
+            return False
+        done = self.guard.compact(
+            self.messages, target, trigger, self.failed, self.io.cancel, keep_tokens=keep_tokens
+        )
+        if done is None:
+            return False
+        if done.summarizer is not None:
+            self.tally.add(self.d.workers[done.summarizer.worker], done.usage)
+        self._emit(done.event(self.sid))
+        return True
+
+    def _request(self, role: str | None) -> list[Message]:
+        """The messages a step sends: the transcript, the brief just before the turn's message (a system
+        message: context, not the user's words), and the role's note."""
+        messages: Sequence[Message] = self.messages
+        if self.brief and self._turn_message is not None:
+            if self._briefed is None:
+                self._briefed = Message(role="system", content=self.brief)
+            at = next((i for i, m in enumerate(self.messages) if m is self._turn_message), None)
+            if at is not None:
+                messages = [*self.messages[:at], self._briefed, *self.messages[at:]]
+        return self._with_role(messages, role)
 
     def _with_role(self, messages: Sequence[Message], role: str | None) -> list[Message]:
         if not role or self.d.role_prompt is None:
@@ -318,6 +393,12 @@ class _Run:
 
 class _AllFailed(Exception):
     pass
+
+
+def _nobody_left(errors: list[str], masked: Mapping[str, str]) -> str:
+    if masked and not errors:
+        return "no worker's window can hold the transcript, even compacted: " + "; ".join(masked.values())
+    return "every worker failed: " + "; ".join([*errors, *masked.values()])
 
 
 def _limit_message(status: TurnStatus, limits: Limits) -> str | None:

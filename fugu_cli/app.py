@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING
 
 from fugu_cli.agent import AgentDeps, Limits
 from fugu_cli.config import Config, find_repo_root, fugu_home, load_config
+from fugu_cli.context import ContextPolicy
 from fugu_cli.errors import ConfigError, UsageError
 from fugu_cli.ledger import Ledger
 from fugu_cli.llm import LLM
+from fugu_cli.llm.tokens import CharTokens, TokenCounter
 from fugu_cli.options import RunOptions
 from fugu_cli.pool import usable_pool, with_table_prices
 from fugu_cli.redact import register_secret_env
@@ -28,7 +30,7 @@ from fugu_cli.router.roles import ROLE_MAX_STEPS, role_instructions
 from fugu_cli.session import Session, SessionConfig, SessionDeps
 from fugu_cli.store import SessionRow, Store, new_session_id
 from fugu_cli.tools import Approver, PermissionPolicy, configure_tools
-from fugu_cli.types import PermissionMode, Worker
+from fugu_cli.types import Message, PermissionMode, Worker
 
 if TYPE_CHECKING:
     from fugu_cli.conductor import Conductor
@@ -171,12 +173,14 @@ def build_session(
     llm: LLM | None = None,
     approver: Approver | None = None,
     store: Store | None = None,
+    tokens: TokenCounter | None = None,
 ) -> Session:
     """One session from flags, config, the store (on resume) and the pool."""
     store = store or open_store()
     row = _resumed_row(store, opts) if opts.resuming else None
     saved = [Worker(**w) for w in json.loads(row.pool_json)] if row else []
-    return assemble(resolve(opts, saved_pool=saved), opts, llm=llm, approver=approver, store=store)
+    resolved = resolve(opts, saved_pool=saved)
+    return assemble(resolved, opts, llm=llm, approver=approver, store=store, tokens=tokens)
 
 
 def assemble(
@@ -186,6 +190,7 @@ def assemble(
     llm: LLM | None = None,
     approver: Approver | None = None,
     store: Store | None = None,
+    tokens: TokenCounter | None = None,
 ) -> Session:
     """A session in `opts.cwd` with `resolved`'s pool and router. `opts` may differ from the resolved
     options in where the session runs, whether it resumes, and the per-session settings (worker, permission
@@ -197,7 +202,7 @@ def assemble(
     store = store or open_store()
     root = repo_root(opts.cwd)
     row = _resumed_row(store, opts) if opts.resuming else None
-    messages = [m for _, m in store.load_messages(row.id)] if row else []
+    messages = store.transcript(row.id) if row else []
     router = resolved.routers.make()
     sid = row.id if row else new_session_id()
     if row is None:
@@ -223,6 +228,10 @@ def assemble(
         workers={w.name: w for w in resolved.pool},
         session_id=sid,
         role_prompt=role_instructions,
+        context=context_policy(
+            config,
+            tokens or (make_tokens(config) if llm is None else CharTokens(config.context.output_reserve)),
+        ),
     )
     session_config = SessionConfig(
         root=root,
@@ -238,7 +247,13 @@ def assemble(
     )
     ultra = build_conductor(config, opts, agent, store, resolved.pool, root)
     deps = SessionDeps(
-        agent=agent, store=store, pool=resolved.pool, router=router, fallback=PriorRouter(), ultra=ultra
+        agent=agent,
+        store=store,
+        pool=resolved.pool,
+        router=router,
+        fallback=PriorRouter(),
+        ultra=ultra,
+        repo_map=repo_map_source(config, root, agent.context),
     )
     return Session(deps, session_config, messages)
 
@@ -268,6 +283,37 @@ def _tools(registry: ToolRegistry, opts: RunOptions) -> ToolRegistry:
         return registry.subset([n for n in names if n not in opts.hidden_tools])
     except ValueError as e:
         raise UsageError(f"--tools: {e}") from None
+
+
+def make_tokens(config: Config) -> TokenCounter:
+    """litellm's tokenizers for each worker's model (litellm loads on the first count)."""
+    from fugu_cli.llm.client import load_litellm
+    from fugu_cli.llm.tokens import LiteLLMTokens
+
+    return LiteLLMTokens(load_litellm, config.context.output_reserve)
+
+
+def context_policy(config: Config, tokens: TokenCounter) -> ContextPolicy:
+    c = config.context
+    return ContextPolicy(tokens, compact_at=c.compact_at, keep_recent=c.keep_recent, summarizer=c.summarizer)
+
+
+def repo_map_source(
+    config: Config, root: Path, policy: ContextPolicy | None
+) -> Callable[[Sequence[Message]], str] | None:
+    """What gives each turn its repo map (None with `--no-repo-map` or a zero budget)."""
+    c = config.context
+    if not c.repo_map or c.repo_map_tokens <= 0 or policy is None:
+        return None
+    from fugu_cli.context.repomap import RepoMap
+
+    repo = RepoMap(root, fugu_home() / "repomap", policy.counter)
+    budget = c.repo_map_tokens
+
+    def make(messages: Sequence[Message]) -> str:
+        return repo.render(messages, budget)
+
+    return make
 
 
 def make_llm(config: Config) -> LLM:

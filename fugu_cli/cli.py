@@ -156,6 +156,9 @@ def run(
     debug: Annotated[
         bool, typer.Option("--debug", help="Also print fugu's log (kept in FUGU_HOME/logs) on stderr.")
     ] = False,
+    no_repo_map: Annotated[
+        bool, typer.Option("--no-repo-map", help="Give the workers no repository map at each turn.")
+    ] = False,
     version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
 ) -> None:
     """Run a task (fugu TASK, fugu -p TASK, or the task on stdin), or open the REPL."""
@@ -181,6 +184,7 @@ def run(
         ultra=True if ultra or plan is not None else None,
         plan=plan,
         trust_project=trust_project,
+        repo_map=False if no_repo_map else None,
     )
     out = runner.Output(
         task=" ".join(task or []),

@@ -35,6 +35,7 @@ class WorkerConfig(BaseModel):
     price_in: float | None = Field(default=None, ge=0)
     price_out: float | None = Field(default=None, ge=0)
     context_limit: int | None = Field(default=None, gt=0)
+    price_cached: float | None = Field(default=None, ge=0)
 
 
 class LLMSettings(BaseModel):
@@ -87,6 +88,19 @@ class UltraSettings(BaseModel):
     step_max_budget_usd: float | None = Field(default=None, gt=0)
 
 
+class ContextSettings(BaseModel):
+    """`[context]`: how fugu keeps every request inside its worker's window."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    compact_at: float = Field(default=0.8, gt=0.1, le=1.0)  # share of the chosen worker's window
+    summarizer: str | None = None  # the worker that writes summaries (default: the cheapest that fits)
+    keep_recent: float = Field(default=0.3, gt=0.0, lt=0.9)  # share of the window kept verbatim
+    output_reserve: int | None = Field(default=None, gt=0)  # tokens kept for the reply
+    repo_map: bool = True
+    repo_map_tokens: int = Field(default=1024, ge=0)
+
+
 class Config(BaseModel):
     """The merged configuration."""
 
@@ -107,6 +121,7 @@ class Config(BaseModel):
     ultra_settings: UltraSettings = Field(default_factory=UltraSettings, alias="ultra-settings")
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     tools: ToolSettings = Field(default_factory=ToolSettings)
+    context: ContextSettings = Field(default_factory=ContextSettings)
     # what an untrusted project config asked for and did not get ("workers", "permission_mode=full-auto")
     _ignored: tuple[str, ...] = PrivateAttr(default=())
 
@@ -174,6 +189,7 @@ _SAFE_PROJECT_KEYS = frozenset(
         "ultra-settings",
         "llm",
         "cost_weight",
+        "context",
     }
 )
 

@@ -33,6 +33,14 @@ class ProviderError(FuguError):
         self.retryable = retryable
 
 
+class ContextOverflow(ProviderError):
+    """The provider said the request does not fit the worker's context window: compact and retry, never fail
+    over blindly (the next worker would overflow too)."""
+
+    def __init__(self, message: str, *, worker: str = "") -> None:
+        super().__init__(message, worker=worker, retryable=False)
+
+
 class ToolArgumentError(FuguError):
     """A model's tool call that cannot run: unknown tool, invalid JSON, wrong types. Becomes a tool result."""
 

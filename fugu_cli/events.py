@@ -379,3 +379,32 @@ Emit = Callable[[Event], None]
 
 def ignore(_: Event) -> None:
     """An Emit that drops everything."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compacted(Event):
+    """The transcript was compacted: older steps replaced by a summary (the store keeps them all).
+
+    `trigger`: threshold | no-fit | overflow | user. Tokens are counted with `worker`'s tokenizer."""
+
+    trigger: str
+    worker: str
+    summarizer: str
+    tokens_before: int
+    tokens_after: int
+    messages_replaced: int
+    focus: str = ""
+
+    def to_stream_json(self) -> dict[str, Any]:
+        return {
+            "type": "system",
+            "subtype": "compact",
+            "session_id": self.session_id,
+            "trigger": self.trigger,
+            "worker": self.worker,
+            "summarizer": self.summarizer,
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            "messages_replaced": self.messages_replaced,
+            **({"focus": self.focus} if self.focus else {}),
+        }

@@ -8,10 +8,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fugu_cli.store import StepRecord, StepRow, Store, ToolCallRow
+from fugu_cli.store import CompactionRecord, CompactionRow, StepRecord, StepRow, Store, ToolCallRow
 from fugu_cli.types import Message, RouteDecision, ToolCall, ToolResult
 
-__all__ = ["Ledger", "StepRecord", "StepRow", "ToolCallRow", "TurnLedger"]
+__all__ = [
+    "CompactionRecord",
+    "CompactionRow",
+    "Ledger",
+    "StepRecord",
+    "StepRow",
+    "ToolCallRow",
+    "TurnLedger",
+]
 
 
 class Ledger:
@@ -29,6 +37,16 @@ class Ledger:
     def steps(self) -> list[StepRow]:
         """Each step with the route decision that chose its worker (the last one made for that step)."""
         return self.store.steps(self.session_id, self.scope)
+
+    def transcript(self) -> list[Message]:
+        """The transcript a worker sees: compacted where it was compacted (the store keeps every message)."""
+        return self.store.transcript(self.session_id, self.scope)
+
+    def message_count(self) -> int:
+        return self.store.message_count(self.session_id, self.scope)
+
+    def compactions(self) -> list[CompactionRow]:
+        return self.store.compactions(self.session_id, self.scope)
 
     def sibling(self, scope: str) -> Ledger:
         """The ledger of another transcript of the same session."""
@@ -58,6 +76,10 @@ class TurnLedger:
 
     def message(self, message: Message) -> None:
         self._store.append_message(self._sid, self._scope, self.turn, message)
+
+    def compacted(self, record: CompactionRecord) -> int:
+        """Record that the transcript is now `record.head` plus its last `record.kept` stored messages."""
+        return self._store.add_compaction(self._sid, self._scope, self.turn, record)
 
     @property
     def _store(self) -> Store:

@@ -183,11 +183,36 @@ def context_block(
     With `root`, a file whose hash no longer matches is marked "changed since": an agent should re-read it.
     """
     items = sorted(facts(store, session_id), key=lambda f: (_KIND_ORDER.get(f.kind, 9), -f.workflow))
+    title = (
+        "Memory from earlier workflows of this session (what the environment reported; verify what matters):"
+    )
+    return facts_text(items, title, root, max_chars)
+
+
+def transcript_facts(rows: Iterable[ToolCallRow]) -> list[Fact]:
+    """The latest fact per (kind, key) in a transcript's tool calls, edits and tests first, newest first."""
+    rows = list(rows)
+    found = facts_from_calls(rows) + [f for r in rows for f in _edit_facts(r)]
+    latest = list(reversed(_dedupe(found)))
+    return sorted(latest, key=lambda f: _KIND_ORDER.get(f.kind, 9))
+
+
+def _edit_facts(row: ToolCallRow) -> list[Fact]:
+    if row.tool not in ("edit_file", "write_file") or row.is_error or row.denied:
+        return []
+    lines = row.result.splitlines()
+    added = sum(1 for x in lines if x.startswith("+") and not x.startswith("+++"))
+    removed = sum(1 for x in lines if x.startswith("-") and not x.startswith("---"))
+    return [Fact("edit", path, f"+{added} -{removed}", row.agent) for path in row.files]
+
+
+def facts_text(
+    items: Sequence[Fact], title: str, root: Path | None = None, max_chars: int = MAX_BLOCK_CHARS
+) -> str:
+    """`items` as a titled list of lines within `max_chars` ('' when there are none)."""
     if not items:
         return ""
-    lines = [
-        "Memory from earlier workflows of this session (what the environment reported; verify what matters):"
-    ]
+    lines = [title]
     for f in items:
         line = f"- {_line(f)}"
         if root is not None and f.kind == "read" and f.value.startswith("sha1 "):

@@ -56,6 +56,7 @@ class RunOptions:
     deny: tuple[str, ...] = ()
     hidden_tools: tuple[str, ...] = ()  # tools the workers do not see
     only_tools: tuple[str, ...] | None = None  # the workers see these tools and no others
+    repo_map: bool | None = None  # --no-repo-map: False
 
     def overrides(self) -> dict[str, Any]:
         """The configuration layer these options make (the top one: flags beat every file)."""
@@ -68,6 +69,7 @@ class RunOptions:
             "max_turns": self.max_turns,
             "max_budget_usd": self.max_budget_usd,
             "ultra": self.ultra,
+            "context": None if self.repo_map is None else {"repo_map": self.repo_map},
         }
 
     @property

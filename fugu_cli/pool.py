@@ -202,10 +202,14 @@ def usable_pool(config: Config, cwd: Path, saved: Sequence[Worker] = ()) -> list
 def with_table_prices(pool: Sequence[Worker]) -> list[Worker]:
     """Workers without their own prices get litellm's, so the router's cost term (λ) sees every price.
     Only asked for when λ > 0: it imports litellm."""
-    from fugu_cli.llm.client import table_price
+    from fugu_cli.llm.client import table_cached_price, table_price
 
     out: list[Worker] = []
     for w in pool:
         found = table_price(w.model) if w.price_in is None and w.price_out is None else None
-        out.append(dataclasses.replace(w, price_in=found[0], price_out=found[1]) if found else w)
+        if found:
+            w = dataclasses.replace(w, price_in=found[0], price_out=found[1])
+            if w.price_cached is None:
+                w = dataclasses.replace(w, price_cached=table_cached_price(w.model))
+        out.append(w)
     return out

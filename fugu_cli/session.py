@@ -16,9 +16,12 @@ from pathlib import Path
 from typing import Protocol
 
 from fugu_cli.agent import Agent, AgentDeps, Limits, TurnIO
+from fugu_cli.context.budget import usage_lines
+from fugu_cli.context.guard import ContextGuard
 from fugu_cli.errors import UsageError
 from fugu_cli.events import (
     AssistantMessage,
+    Compacted,
     Emit,
     Event,
     Notice,
@@ -29,6 +32,7 @@ from fugu_cli.events import (
     ignore,
 )
 from fugu_cli.ledger import Ledger
+from fugu_cli.llm.tokens import Window
 from fugu_cli.router import Router
 from fugu_cli.store import Store
 from fugu_cli.types import FallBack, Message, PermissionMode, RouteDecision, RouteState, TurnResult, Worker
@@ -75,6 +79,7 @@ class SessionDeps:
     router: Router
     fallback: Router
     ultra: UltraMode | None = None
+    repo_map: Callable[[Sequence[Message]], str] | None = None  # the map given at the start of each turn
 
 
 class Session:
@@ -89,6 +94,7 @@ class Session:
         self._pruned = False
         if not self.messages and config.system_prompt:
             self._append(Message(role="system", content=config.system_prompt))
+        self._seen = self.ledger.message_count()  # stored messages this session object has caught up with
 
     @property
     def ledger(self) -> Ledger:
@@ -153,7 +159,10 @@ class Session:
             )
 
             def fugu_turn() -> TurnResult:
-                return Agent(deps).run(self.messages, turn, self._picker(emit), self.config.limits, io)
+                brief = self.repo_map_text()
+                return Agent(deps).run(
+                    self.messages, turn, self._picker(emit), self.config.limits, io, brief=brief
+                )
 
             if self.ultra and self.deps.ultra is not None:
                 outcome = self.deps.ultra.run_turn(
@@ -167,6 +176,7 @@ class Session:
                 result = fugu_turn()
             result = dataclasses.replace(result, duration_ms=clock.wall_ms(), duration_api_ms=clock.api_ms)
             store.finish_turn(self.id, turn, result.status, result.result, result.usage.cost_usd)
+            self._seen = self.ledger.message_count()
             emit(TurnFinished(session_id=self.id, result=result))
             return result
 
@@ -183,6 +193,52 @@ class Session:
             model=forced.model if forced else "auto",
             api_key_source=",".join(keys) or "none",
         )
+
+    def repo_map_text(self) -> str:
+        """The repo map for the transcript as it stands ('' when the map is off or finds nothing)."""
+        if self.deps.repo_map is None:
+            return ""
+        try:
+            return self.deps.repo_map(self.messages)
+        except Exception as e:  # a broken map must not cost the turn
+            log.warning("repo map failed", exc_info=e)
+            return ""
+
+    def context_used(self) -> list[tuple[str, int, Window]]:
+        """(worker, tokens the next request would carry, its window) for each worker of the pool."""
+        policy = self.deps.agent.context
+        if policy is None:
+            return []
+        schemas = self.deps.agent.tools.schemas()
+        return usage_lines(policy, self.deps.pool, self.messages, schemas)
+
+    def compact(self, focus: str = "", emit: Emit = ignore) -> Compacted | None:
+        """`/compact [focus]`: replace every step but the last by a summary now. None when there was nothing
+        to replace."""
+        agent = self.deps.agent
+        if agent.context is None:
+            raise UsageError("this session keeps no token accounts, so it cannot compact")
+        with self._lock, self.deps.store.session_lock(self.id):
+            self._catch_up()
+            steps = self.ledger.steps()
+            names = {w.name: w for w in self.deps.pool}
+            target = names.get(steps[-1].worker) if steps else None
+            guard = ContextGuard(
+                agent.context,
+                agent.llm,
+                self.deps.pool,
+                agent.tools.schemas(),
+                self.ledger.turn(self.turn),
+                self.config.root,
+            )
+            target = target or guard.roomiest(())
+            done = guard.compact(self.messages, target, "user", focus=focus, keep_tokens=0)
+            self._seen = self.ledger.message_count()
+        if done is None:
+            return None
+        event = done.event(self.id)
+        emit(event)
+        return event
 
     def _picker(self, emit: Emit) -> Callable[[RouteState], RouteDecision]:
         def pick(state: RouteState) -> RouteDecision:
@@ -211,10 +267,11 @@ class Session:
 
     def _catch_up(self) -> None:
         """Another process may have run turns of this session since we loaded it: continue from there."""
-        stored = [m for _, m in self.deps.store.load_messages(self.id)]
-        if len(stored) > len(self.messages):
-            self.messages = stored
+        count = self.ledger.message_count()
+        if count > self._seen:
+            self.messages = self.ledger.transcript()
             self.turn = max(self.turn, self._last_turn())
+            self._seen = count
 
     def add_context(self, messages: Sequence[Message]) -> None:
         """Add earlier conversation (an API client's history) to the transcript, persisted like a turn."""
@@ -226,7 +283,8 @@ class Session:
         self.ledger.turn(self.turn).message(message)
 
     def _last_turn(self) -> int:
-        return sum(1 for m in self.messages if m.role == "user")
+        """The last turn stored (a compacted transcript no longer holds every turn's message)."""
+        return max(self.deps.store.last_turn(self.id), sum(1 for m in self.messages if m.role == "user"))
 
     def _checkpointer(self, turn: int, emit: Emit) -> Callable[[], None]:
         def checkpoint() -> None:

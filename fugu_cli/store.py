@@ -68,6 +68,17 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX tool_calls_session ON tool_calls (session_id, turn, step);
     CREATE INDEX steps_session ON steps (session_id, turn, step);
     """,
+    # compaction: the transcript a worker sees is `head` followed by the stored messages from `upto` on;
+    # the stored messages themselves are never changed
+    """
+    CREATE TABLE compactions (
+        session_id TEXT NOT NULL, scope TEXT NOT NULL, turn INTEGER NOT NULL, upto INTEGER NOT NULL,
+        head_json TEXT NOT NULL, tokens_before INTEGER NOT NULL, tokens_after INTEGER NOT NULL,
+        trigger TEXT NOT NULL, worker TEXT NOT NULL, summarizer TEXT NOT NULL DEFAULT '',
+        focus TEXT NOT NULL DEFAULT '', created_at REAL NOT NULL
+    );
+    CREATE INDEX compactions_session ON compactions (session_id, scope);
+    """,
 )
 
 
@@ -130,6 +141,34 @@ class StepRecord:
     usage: Usage
     text: str
     started_at: float
+
+
+@dataclass(frozen=True)
+class CompactionRecord:
+    """One compaction: `head` replaces every stored message of the scope before the last `kept` ones."""
+
+    head: tuple[Message, ...]
+    kept: int
+    tokens_before: int
+    tokens_after: int
+    trigger: str  # threshold | no-fit | overflow | user
+    worker: str  # whose tokenizer counted the tokens
+    summarizer: str = ""
+    focus: str = ""
+
+
+@dataclass(frozen=True)
+class CompactionRow:
+    turn: int
+    upto: int
+    head: tuple[Message, ...]
+    tokens_before: int
+    tokens_after: int
+    trigger: str
+    worker: str
+    summarizer: str
+    focus: str
+    created_at: float
 
 
 @dataclass(frozen=True)
@@ -314,6 +353,79 @@ class Store:
             (sid, scope),
         )
         return [(r["turn"], Message.from_json(json.loads(r["data_json"]))) for r in rows]
+
+    def last_turn(self, sid: str, scope: str = "main") -> int:
+        rows = self.query("SELECT MAX(turn) AS n FROM messages WHERE session_id=? AND scope=?", (sid, scope))
+        return int(rows[0]["n"] or 0)
+
+    def message_count(self, sid: str, scope: str = "main") -> int:
+        rows = self.query("SELECT COUNT(*) AS n FROM messages WHERE session_id=? AND scope=?", (sid, scope))
+        return int(rows[0]["n"])
+
+    # compactions: what a worker sees of a long transcript (the messages above stay as they were)
+
+    def add_compaction(self, sid: str, scope: str, turn: int, record: CompactionRecord) -> int:
+        """Record a compaction of the scope's transcript; returns the stored messages it replaces."""
+        head = redact(dumps([m.to_json() for m in record.head]))
+        with self._transaction() as db:
+            count = db.execute(
+                "SELECT COUNT(*) FROM messages WHERE session_id=? AND scope=?", (sid, scope)
+            ).fetchone()[0]
+            upto = max(int(count) - record.kept, 0)
+            db.execute(
+                "INSERT INTO compactions (session_id, scope, turn, upto, head_json, tokens_before,"
+                " tokens_after, trigger, worker, summarizer, focus, created_at)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    sid,
+                    scope,
+                    turn,
+                    upto,
+                    head,
+                    record.tokens_before,
+                    record.tokens_after,
+                    record.trigger,
+                    record.worker,
+                    record.summarizer,
+                    redact(record.focus),
+                    time.time(),
+                ),
+            )
+        return upto
+
+    def compactions(self, sid: str, scope: str = "main") -> list[CompactionRow]:
+        rows = self.query(
+            "SELECT * FROM compactions WHERE session_id=? AND scope=? ORDER BY rowid", (sid, scope)
+        )
+        return [
+            CompactionRow(
+                turn=r["turn"],
+                upto=r["upto"],
+                head=tuple(Message.from_json(m) for m in json.loads(r["head_json"])),
+                tokens_before=r["tokens_before"],
+                tokens_after=r["tokens_after"],
+                trigger=r["trigger"],
+                worker=r["worker"],
+                summarizer=r["summarizer"],
+                focus=r["focus"],
+                created_at=r["created_at"],
+            )
+            for r in rows
+        ]
+
+    def transcript(self, sid: str, scope: str = "main") -> list[Message]:
+        """What a worker sees of the scope's transcript: the latest compaction's head, then every message
+        stored after the part it replaced (all stored messages when there was none)."""
+        messages = [m for _, m in self.load_messages(sid, scope)]
+        rows = self.query(
+            "SELECT upto, head_json FROM compactions WHERE session_id=? AND scope=?"
+            " ORDER BY rowid DESC LIMIT 1",
+            (sid, scope),
+        )
+        if not rows:
+            return messages
+        head = [Message.from_json(m) for m in json.loads(rows[0]["head_json"])]
+        return head + messages[int(rows[0]["upto"]) :]
 
     # turns: the row exists from the turn's start, so /undo finds its checkpoint even after a crash
 

@@ -144,6 +144,7 @@ class Worker:
     price_in: float | None = None
     price_out: float | None = None
     context_limit: int | None = None
+    price_cached: float | None = None  # USD per million cached input tokens (a provider's prompt cache)
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,7 @@ class RouteState:
     last_worker: str | None = None
     excluded: frozenset[str] = frozenset()  # never choose these (failed this turn, or unavailable)
     failover: bool = False  # this pick replaces a worker whose call just failed
+    masked: Mapping[str, str] = field(default_factory=dict)  # excluded for this step because too small: why
 
     @property
     def task(self) -> str:

@@ -138,7 +138,8 @@ class LoopbackServer:
         short = model.split("/", 1)[-1]
         return [r for r in self.requests if r.model in (model, short)]
 
-    def next_reply(self, model: str | None) -> dict[str, Any]:
+    def next_reply(self, model: str | None, body: Any = None) -> dict[str, Any]:
+        """The next scripted reply for `model` (`body` is the request, for servers that reply to it)."""
         with self._lock:
             for key, queue in self._queues.items():
                 if model and (key == model or key.endswith("/" + model)) and queue:
@@ -191,7 +192,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path not in ("/v1/chat/completions", "/chat/completions", "/v1/messages", "/messages"):
             self._send_json(rec, 404, {"error": {"message": f"no route {self.path}"}})
             return
-        reply = self.loopback.next_reply(rec.model)
+        reply = self.loopback.next_reply(rec.model, body)
         rec.reply = reply
         if reply.get("delay_s") and self.loopback.wait(float(reply["delay_s"])):
             return
@@ -247,7 +248,12 @@ class _Handler(BaseHTTPRequestHandler):
         status = int(fault)
         extra = {"Retry-After": str(reply["retry_after"])} if "retry_after" in reply else None
         kinds = {429: "rate_limit_error", 401: "authentication_error", 400: "invalid_request_error"}
-        err = {"message": f"loopback fault {status}", "type": kinds.get(status, "server_error")}
+        err = {
+            "message": reply.get("message", f"loopback fault {status}"),
+            "type": kinds.get(status, "server_error"),
+        }
+        if reply.get("code"):
+            err["code"] = reply["code"]
         self._send_json(rec, status, {"error": err, "type": "error"}, extra)
 
     def _stream(

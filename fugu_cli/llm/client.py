@@ -18,10 +18,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from fugu_cli.errors import Interrupted, ProviderError
+from fugu_cli.errors import ContextOverflow, Interrupted, ProviderError
 from fugu_cli.llm.parse import MalformedReply, StreamAssembler, completion_from_response
 from fugu_cli.llm.pricing import PriceBook
-from fugu_cli.llm.transcript import clean_transcript
+from fugu_cli.llm.transcript import clean_transcript, mark_cache_breakpoints
 from fugu_cli.types import Completion, Message, Worker
 
 log = logging.getLogger("fugu")
@@ -58,6 +58,21 @@ class _Fault:
     cause: str
     retryable: bool
     retry_after_s: float | None = None
+    context: bool = False  # the request does not fit the worker's window
+
+
+# How providers (and the servers behind OpenAI-compatible endpoints) say a prompt is too long, for the ones
+# litellm does not map to ContextWindowExceededError itself.
+_CONTEXT_PHRASES = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context window",
+    "prompt is too long",
+    "input is too long",
+    "too many tokens",
+    "exceeds the context",
+    "context length",
+)
 
 
 class _CallbackFailed(Exception):
@@ -102,9 +117,10 @@ class LiteLLMClient:
     def _request(
         self, worker: Worker, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
     ) -> dict[str, Any]:
+        wire = clean_transcript([m.to_openai() for m in messages])
         request: dict[str, Any] = {
             "model": worker.model,
-            "messages": clean_transcript([m.to_openai() for m in messages]),
+            "messages": mark_cache_breakpoints(wire) if prompt_caching(worker) else wire,
             "timeout": self.config.timeout_s,
             "num_retries": 0,
             "max_retries": 0,
@@ -207,6 +223,8 @@ def with_retries(
         except Exception as exc:
             fault = classify(exc, config.timeout_s)
             log.debug("worker %s attempt %d failed: %r", worker.name, n + 1, exc)
+            if fault.context:  # retrying the same request cannot help: the caller compacts
+                raise ContextOverflow(_describe(worker, fault.cause), worker=worker.name) from exc
             if not fault.retryable:
                 raise ProviderError(
                     _describe(worker, fault.cause), worker=worker.name, retryable=False
@@ -247,13 +265,18 @@ def classify(exc: BaseException, timeout_s: float) -> _Fault:
         return _Fault(f"malformed reply: {exc}", retryable=True)
     name = type(exc).__name__
     status = getattr(exc, "status_code", None)
+    if name == "ContextWindowExceededError" or (
+        (status in (400, 413, 422) or name.startswith("BadRequest"))
+        and any(p in str(exc).lower() for p in _CONTEXT_PHRASES)
+    ):
+        return _Fault(f"the request does not fit the context window: {_first_line(exc)}", False, context=True)
     if name in ("Timeout", "APITimeoutError") or isinstance(exc, TimeoutError):
         return _Fault(f"timed out after {timeout_s:g} s", retryable=True)
     if name in ("AuthenticationError", "PermissionDeniedError", "NotFoundError") or name.startswith(
         "BadRequest"
     ):
         return _Fault(f"{_status_text(status)}{_first_line(exc)}", retryable=False)
-    if name == "ContextWindowExceededError" or name == "UnsupportedParamsError":
+    if name == "UnsupportedParamsError":
         return _Fault(_first_line(exc), retryable=False)
     if name == "APIConnectionError" or isinstance(exc, ConnectionError):
         return _Fault(f"connection failed: {_first_line(exc)}", retryable=True)
@@ -314,6 +337,23 @@ def _sleep(seconds: float, cancel: threading.Event | None) -> None:
         time.sleep(seconds)
     elif cancel.wait(seconds):
         raise Interrupted("interrupted during retry backoff")
+
+
+def prompt_caching(worker: Worker) -> bool:
+    """Whether the worker's provider caches a prompt prefix only where the request marks it (Anthropic's
+    `cache_control`; OpenAI, DeepSeek and Gemini cache on their own)."""
+    model = worker.model.lower()
+    return model.startswith("anthropic/") or ("claude" in model and not worker.api_base)
+
+
+def table_cached_price(model: str) -> float | None:
+    """litellm's price for `model`'s cached input tokens in USD per million, if it knows one."""
+    try:
+        info = load_litellm().get_model_info(model)
+        cost = info.get("cache_read_input_token_cost")
+    except Exception:
+        return None
+    return float(cost) * 1_000_000 if cost is not None else None
 
 
 def table_price(model: str) -> tuple[float, float] | None:

@@ -1,4 +1,5 @@
 """What a completion cost: the worker's own prices when set, else litellm's table, else $0 with one warning.
+Cached input tokens (a provider's prompt cache) cost the cached price, not the full input price.
 
 Unknown prices never raise. litellm comes in as a loader callable, so this module never imports it.
 """
@@ -16,11 +17,16 @@ _warned: set[str] = set()
 _warned_lock = threading.Lock()
 
 
-def price_from_worker(worker: Worker, usage: Usage) -> float | None:
-    """USD from the worker's per-million prices; None when it has none."""
+def price_from_worker(worker: Worker, usage: Usage, cached_price: float | None = None) -> float | None:
+    """USD from the worker's per-million prices; None when it has none. Cached input tokens cost
+    `cached_price` (default: the worker's `price_cached`, else its input price: no discount is known)."""
     if worker.price_in is None and worker.price_out is None:
         return None
-    cost_in = usage.prompt_tokens * (worker.price_in or 0.0)
+    price_in = worker.price_in or 0.0
+    if cached_price is None:
+        cached_price = worker.price_cached if worker.price_cached is not None else price_in
+    cached = min(usage.cached_tokens, usage.prompt_tokens)
+    cost_in = (usage.prompt_tokens - cached) * price_in + cached * cached_price
     cost_out = usage.completion_tokens * (worker.price_out or 0.0)
     return (cost_in + cost_out) / 1_000_000
 
@@ -39,11 +45,23 @@ class PriceBook:
         self._litellm = litellm
 
     def cost(self, worker: Worker, usage: Usage) -> tuple[Usage, str | None]:
-        cost = price_from_worker(worker, usage)
+        cached_price = None
+        if worker.price_cached is None and worker.price_in is not None and usage.cached_tokens:
+            cached_price = worker.price_in * self._cached_ratio(worker.model)
+        cost = price_from_worker(worker, usage, cached_price)
         warning = None
         if cost is None:
             cost, warning = self._table_cost(worker, usage)
         return replace(usage, cost_usd=cost), warning
+
+    def _cached_ratio(self, model: str) -> float:
+        """The model's cached-input price over its input price in litellm's table (1.0 when unknown)."""
+        try:
+            info = self._litellm().get_model_info(model)
+            ratio = float(info["cache_read_input_token_cost"]) / float(info["input_cost_per_token"])
+        except Exception:
+            return 1.0
+        return ratio if 0 < ratio <= 1 else 1.0
 
     def _table_cost(self, worker: Worker, usage: Usage) -> tuple[float, str | None]:
         try:
@@ -51,6 +69,7 @@ class PriceBook:
                 model=worker.model,
                 prompt_tokens=usage.prompt_tokens,
                 completion_tokens=usage.completion_tokens,
+                cache_read_input_tokens=min(usage.cached_tokens, usage.prompt_tokens),
             )
             return float(cost_in) + float(cost_out), None
         except Exception:

@@ -63,3 +63,21 @@ def _close(out: list[dict[str, Any]], open_calls: list[str]) -> None:
 def _orphan_as_user(msg: dict[str, Any]) -> dict[str, Any]:
     label = msg.get("name") or msg.get("tool_call_id") or "tool"
     return {"role": "user", "content": f"[result of {label}]\n{msg.get('content') or ''}"}
+
+
+CACHE_MARK = {"type": "ephemeral"}
+
+
+def mark_cache_breakpoints(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Anthropic caches the prompt prefix up to each `cache_control` mark (four at most): mark the system
+    prompt (stable for the whole session) and the last message (so the next step reads all of this one's
+    prompt from the cache). Text content becomes a one-block list, which litellm passes through."""
+    out = [dict(m) for m in messages]
+    marks = [i for i, m in enumerate(out) if m.get("role") == "system"][:1]
+    if out and len(out) - 1 not in marks:
+        marks.append(len(out) - 1)
+    for i in marks:
+        content = out[i].get("content")
+        if isinstance(content, str) and content:
+            out[i]["content"] = [{"type": "text", "text": content, "cache_control": dict(CACHE_MARK)}]
+    return out

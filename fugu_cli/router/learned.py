@@ -25,7 +25,7 @@ from fugu_cli.types import Message, RouteDecision, RouteState, Worker
 
 __all__ = ["LearnedRouter", "expected_costs", "info_text"]
 
-CACHED_INPUT_FACTOR = 0.1  # providers bill a cached prompt prefix at about a tenth of the input price
+CACHED_INPUT_FACTOR = 0.1  # without a cached price: providers bill a cached prefix at about a tenth
 PROMPT_OVERHEAD_TOKENS = 2000  # system prompt and tool schemas, sent with every step
 OUTPUT_TOKENS = 400  # a typical step's reply
 
@@ -163,9 +163,9 @@ def expected_costs(state: RouteState, pool: Sequence[Worker]) -> list[float]:
     out = []
     for w in pool:
         p_in, p_out = w.price_in or 0.0, w.price_out or 0.0
+        p_cached = w.price_cached if w.price_cached is not None else CACHED_INPUT_FACTOR * p_in
         prefix = cached if w.name == state.last_worker else 0
-        tokens_in = (total - prefix) + CACHED_INPUT_FACTOR * prefix
-        out.append((p_in * tokens_in + p_out * OUTPUT_TOKENS) / 1e6)
+        out.append((p_in * (total - prefix) + p_cached * prefix + p_out * OUTPUT_TOKENS) / 1e6)
     return out
 
 

@@ -31,6 +31,7 @@ def pool_command(pool: str | None, json_out: bool) -> int:
         return 2
     checked = check_pool(workers)
     prices = {a.worker.name: _price(a.worker) for a in checked}
+    windows = _windows(config, [a.worker for a in checked])
     if json_out:
         rows = [
             {
@@ -42,25 +43,41 @@ def pool_command(pool: str | None, json_out: bool) -> int:
                 "price_out": prices[a.worker.name][1],
                 "price_source": prices[a.worker.name][2],
                 "priority": a.worker.priority,
+                **windows[a.worker.name][0].to_json(),
+                "tokenizer": windows[a.worker.name][1],
             }
             for a in checked
         ]
         print(json.dumps({"source": source, "workers": rows}, indent=2))
     else:
         print(f"pool from {source}:")
-        table: list[tuple[str, str, str, str, str]] = []
+        table: list[tuple[str, ...]] = []
         for a in checked:
             p_in, p_out, where = prices[a.worker.name]
             price = f"${p_in:g}/${p_out:g} per M ({where})" if p_in is not None else "price unknown ($0)"
-            table.append(("ok" if a.ok else "--", a.worker.name, a.worker.model, price, a.reason))
-        widths = [max(len(r[i]) for r in table) for i in range(4)]
+            win = windows[a.worker.name][0]
+            window = f"{_k(win.tokens)} ctx, {_k(win.reserve)} out ({win.source})"
+            table.append(("ok" if a.ok else "--", a.worker.name, a.worker.model, price, window, a.reason))
+        widths = [max(len(r[i]) for r in table) for i in range(5)]
         for row in table:
-            cells = [cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)]
-            print("  " + "  ".join([*cells, row[4]]).rstrip())
+            cells = [cell.ljust(width) for cell, width in zip(row[:5], widths, strict=True)]
+            print("  " + "  ".join([*cells, row[5]]).rstrip())
     if not any(a.ok for a in checked):
         err(f"no usable worker: {POOL_HINT}")
         return 2
     return 0
+
+
+def _windows(config: Any, workers: list[Any]) -> dict[str, tuple[Any, str]]:
+    """Each worker's window (with its reply reserve) and tokenizer family (imports litellm)."""
+    from fugu_cli.app import make_tokens
+
+    tokens = make_tokens(config)
+    return {w.name: (tokens.window(w), tokens.family(w)) for w in workers}
+
+
+def _k(n: int) -> str:
+    return f"{n // 1024}k" if n % 1024 == 0 else f"{n / 1000:.0f}k" if n >= 10_000 else f"{n:,}"
 
 
 def _price(w: Any) -> tuple[float | None, float | None, str]:

@@ -181,7 +181,39 @@ def _cost(ctx: Context, arg: str) -> None:
         f"{total.completion_tokens:,}",
         f"${total.cost_usd:.4f}",
     )
+    _context_used(ctx)
     ctx.console.print(table)
+
+
+def _context_used(ctx: Context) -> None:
+    """How much of each worker's window the next request would fill (what is left after the reply reserve)."""
+    rows = ctx.session.context_used()
+    if not rows:
+        return
+    parts = [f"{name} {used:,}/{w.usable:,} ({used / max(w.usable, 1):.0%})" for name, used, w in rows]
+    _say(ctx, "context used: " + " · ".join(parts), "dim")
+
+
+def _compact(ctx: Context, arg: str) -> None:
+    done = ctx.session.compact(arg)
+    if done is None:
+        _say(ctx, "nothing to compact: the transcript holds no step older than the last one", "dim")
+        return
+    by = f", summary by {done.summarizer}" if done.summarizer else ""
+    _say(
+        ctx,
+        f"compacted: {done.tokens_before:,} → {done.tokens_after:,} tokens for {done.worker} "
+        f"({done.messages_replaced} messages replaced{by}); the store keeps them all",
+        "green",
+    )
+
+
+def _map(ctx: Context, arg: str) -> None:
+    text = ctx.session.repo_map_text()
+    if not text:
+        _say(ctx, "no repo map: it is off (--no-repo-map) or no source file has a definition", "dim")
+        return
+    ctx.console.print(text, overflow="fold", markup=False, highlight=False)
 
 
 def _ledgers(session: Session) -> list[Ledger]:
@@ -311,7 +343,9 @@ COMMANDS: dict[str, Command] = {
             "worker", "NAME|auto", "send every step to NAME (sticky), or let the router pick again", _worker
         ),
         Command("pool", "", "the workers, their prices and the router's last probabilities", _pool),
-        Command("cost", "", "tokens and cost of this session, per worker", _cost),
+        Command("cost", "", "tokens, cost and context used of this session, per worker", _cost),
+        Command("compact", "[FOCUS]", "replace older steps by a summary now (keeping FOCUS)", _compact),
+        Command("map", "", "the repo map the workers get at the start of a turn", _map),
         Command("trace", "", "who did what in this session: each step's worker, why, tools, cost", _trace),
         Command("diff", "[PATH]", "uncommitted changes in the repository", _diff),
         Command("undo", "", "restore the files to before the last edited turn's first edit", _undo),

@@ -19,6 +19,7 @@ from rich.text import Text
 
 from fugu_cli.events import (
     AssistantMessage,
+    Compacted,
     Event,
     Notice,
     ProviderFailed,
@@ -115,6 +116,12 @@ def edit_diff(result: ToolResult) -> str:
     return rest if rest.lstrip().startswith(("---", "@@")) else ""
 
 
+def compacted_line(e: Compacted) -> str:
+    """`⇲ compacted (threshold): 26,100 → 5,200 tokens for beta, summary by cheap`."""
+    by = f", summary by {e.summarizer}" if e.summarizer else ""
+    return f"⇲ compacted ({e.trigger}): {e.tokens_before:,} → {e.tokens_after:,} tokens for {e.worker}{by}"
+
+
 def usage_text(usage: Usage) -> str:
     tokens = usage.prompt_tokens + usage.completion_tokens
     return f"{tokens:,} tokens · ${usage.cost_usd:.4f}"
@@ -192,6 +199,8 @@ class Renderer:
             self._line(" · ".join([head, *self._tools, f"${event.usage.cost_usd:.4f}"]))
         elif isinstance(event, ProviderFailed):
             self._line(f"✗ {event.worker} failed: {event.error}")
+        elif isinstance(event, Compacted):
+            self._line(compacted_line(event))
         elif isinstance(event, Notice) and event.level in ("warning", "error"):
             self._line(f"! {event.text}")
 
@@ -231,6 +240,9 @@ class Renderer:
             self.console.print(Text(f"✗ {event.worker} failed: {event.error}", style="red"), overflow="fold")
         elif isinstance(event, Notice):
             self._notice(event)
+        elif isinstance(event, Compacted):
+            self.pause()
+            self.console.print(Text(compacted_line(event), style="dim"), overflow="fold")
         elif isinstance(event, TurnFinished):
             self.pause()
             # the answer is the turn's, not a step's: in ultra mode the conductor's plan is a step's reply too

@@ -72,6 +72,7 @@ complete -c fugu -n '__fugu_at \'\'' -l plan -r -F -d 'Run this workflow file (u
 complete -c fugu -n '__fugu_at \'\'' -l verbose -d 'Show route decisions and tool calls on stderr.'
 complete -c fugu -n '__fugu_at \'\'' -l trust-project -d 'Obey this repository\'s .fugu/config.toml in full (workers, permissions).'
 complete -c fugu -n '__fugu_at \'\'' -l debug -d 'Also print fugu\'s log (kept in FUGU_HOME/logs) on stderr.'
+complete -c fugu -n '__fugu_at \'\'' -l no-repo-map -d 'Give the workers no repository map at each turn.'
 complete -c fugu -n '__fugu_at \'\'' -l version -d 'Print the version and exit.'
 complete -c fugu -n '__fugu_at \'\'' -l help -d 'Show this message and exit.'
 complete -c fugu -n '__fugu_at \'pool\'' -l pool -r -F -d 'A TOML file of [[workers]].'

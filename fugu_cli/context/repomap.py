@@ -1,0 +1,374 @@
+"""The repo map: definitions and references from tree-sitter, files ranked by who references whom and by
+what the task and transcript mention, rendered into a token budget (each definition as its first line).
+
+The only module that imports tree-sitter (lazily, from `tree-sitter-language-pack`). Tags are cached per file
+by mtime and size under FUGU_HOME. Never prints; a file that cannot be parsed is left out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import subprocess
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fugu_cli.llm.tokens import TokenCounter
+from fugu_cli.types import Message
+
+CACHE_VERSION = 1
+MAX_FILES = 5_000
+MAX_FILE_BYTES = 512 * 1024
+MENTION_WINDOW = 30  # newest messages whose words count as mentions
+HEADER = "Repository map (the most relevant definitions, ranked; read a file for the rest):"
+
+LANGUAGES: dict[str, str] = {
+    ".py": "python",
+    ".js": "javascript",
+    ".jsx": "javascript",
+    ".mjs": "javascript",
+    ".cjs": "javascript",
+    ".ts": "typescript",
+    ".mts": "typescript",
+    ".tsx": "tsx",
+    ".go": "go",
+    ".rs": "rust",
+    ".java": "java",
+    ".c": "c",
+    ".h": "c",
+    ".cc": "cpp",
+    ".cpp": "cpp",
+    ".cxx": "cpp",
+    ".hpp": "cpp",
+    ".hh": "cpp",
+    ".hxx": "cpp",
+}
+
+_JS = {
+    "function_declaration",
+    "generator_function_declaration",
+    "class_declaration",
+    "method_definition",
+    "variable_declarator",
+}
+_TS = _JS | {
+    "interface_declaration",
+    "type_alias_declaration",
+    "enum_declaration",
+    "abstract_class_declaration",
+    "function_signature",
+}
+_C = {"function_definition", "struct_specifier", "enum_specifier", "union_specifier", "type_definition"}
+DEFINITIONS: dict[str, set[str]] = {
+    "python": {"function_definition", "class_definition"},
+    "javascript": _JS,
+    "typescript": _TS,
+    "tsx": _TS,
+    "go": {"function_declaration", "method_declaration", "type_spec"},
+    "rust": {
+        "function_item",
+        "function_signature_item",
+        "struct_item",
+        "enum_item",
+        "union_item",
+        "trait_item",
+        "mod_item",
+        "const_item",
+        "static_item",
+        "type_item",
+        "macro_definition",
+    },
+    "java": {
+        "class_declaration",
+        "interface_declaration",
+        "enum_declaration",
+        "record_declaration",
+        "method_declaration",
+        "constructor_declaration",
+    },
+    "c": _C | {"declaration"},
+    "cpp": _C | {"declaration", "class_specifier", "namespace_definition"},
+}
+REFERENCES = {
+    "identifier",
+    "type_identifier",
+    "field_identifier",
+    "property_identifier",
+    "shorthand_property_identifier",
+    "namespace_identifier",
+    "constant",
+}
+_FUNCTION_VALUES = {"arrow_function", "function_expression", "function", "class", "generator_function"}
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
+
+
+@dataclass(frozen=True)
+class Definition:
+    name: str
+    line: int  # 1-based
+    text: str  # the definition's first line, trimmed
+
+
+@dataclass(frozen=True)
+class FileTags:
+    path: str
+    definitions: tuple[Definition, ...]
+    references: dict[str, int]
+
+
+class RepoMap:
+    """The map of one repository. `render` is what a turn gets; `tags` what it is built from."""
+
+    def __init__(self, root: Path, cache_dir: Path, counter: TokenCounter) -> None:
+        self.root = root
+        self.counter = counter
+        key = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:16]
+        self.cache_path = cache_dir / f"{key}.json"
+
+    def render(self, messages: Sequence[Message], budget: int) -> str:
+        """The map for a transcript within `budget` tokens ('' when no file has a definition)."""
+        tags = self.tags()
+        ranked = rank(tags, mentions(messages))
+        if not ranked:
+            return ""
+        lo, hi, best = 1, len(ranked), ""
+        while lo <= hi:  # the most definitions that fit
+            mid = (lo + hi) // 2
+            text = _render(ranked[:mid])
+            if self.counter.text(None, text) <= budget:
+                best, lo = text, mid + 1
+            else:
+                hi = mid - 1
+        return best
+
+    def tags(self) -> dict[str, FileTags]:
+        """Definitions and references of every source file git knows (tracked or not ignored)."""
+        cache = self._load_cache()
+        out: dict[str, FileTags] = {}
+        fresh: dict[str, Any] = {}
+        for rel in source_files(self.root):
+            path = self.root / rel
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            if st.st_size > MAX_FILE_BYTES:
+                continue
+            stamp = [st.st_mtime_ns, st.st_size]
+            entry = cache.get(rel)
+            if entry is None or entry.get("stamp") != stamp:
+                found = parse_file(path, LANGUAGES[Path(rel).suffix.lower()])
+                if found is None:
+                    continue
+                defs, refs = found
+                entry = {"stamp": stamp, "defs": [[d.name, d.line, d.text] for d in defs], "refs": refs}
+            fresh[rel] = entry
+            out[rel] = FileTags(rel, tuple(Definition(*d) for d in entry["defs"]), dict(entry["refs"]))
+        if fresh != cache:
+            self._save_cache(fresh)
+        return out
+
+    def _load_cache(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.cache_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
+            return {}
+        files = data.get("files")
+        return files if isinstance(files, dict) else {}
+
+    def _save_cache(self, files: dict[str, Any]) -> None:
+        try:
+            self.cache_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.cache_path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"version": CACHE_VERSION, "files": files}), encoding="utf-8")
+            tmp.replace(self.cache_path)
+        except OSError:
+            pass  # no cache this time: the map is still right, only slower next turn
+
+
+def source_files(root: Path) -> list[str]:
+    """Source files in languages the map reads: git's tracked and untracked-but-not-ignored files, else a
+    walk that skips hidden folders."""
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+            cwd=root,
+            capture_output=True,
+            timeout=20,
+            check=True,
+        ).stdout.decode("utf-8", "replace")
+        names = [n for n in out.split("\0") if n]
+    except (OSError, subprocess.SubprocessError):
+        names = [str(p.relative_to(root)) for p in _walk(root)]
+    return sorted(n for n in names if Path(n).suffix.lower() in LANGUAGES)[:MAX_FILES]
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("node_modules", "__pycache__")]
+        for f in files:
+            yield Path(folder) / f
+
+
+def parse_file(path: Path, language: str) -> tuple[list[Definition], dict[str, int]] | None:
+    """Definitions and reference counts of one file; None when it cannot be read or parsed."""
+    try:
+        source = path.read_bytes()
+        from tree_sitter_language_pack import get_parser
+
+        tree = get_parser(language).parse(source)  # type: ignore[arg-type]
+    except Exception:
+        return None
+    kinds = DEFINITIONS[language]
+    lines = source.decode("utf-8", "replace").splitlines()
+    defs: list[Definition] = []
+    names: set[tuple[int, int]] = set()
+    refs: Counter[str] = Counter()
+    for node in _nodes(tree.root_node):
+        if node.type in kinds:
+            name = _definition_name(node, language)
+            if name is not None and name.text:
+                row = node.start_point[0]
+                text = lines[row].strip()[:120] if row < len(lines) else ""
+                defs.append(Definition(name.text.decode("utf-8", "replace"), row + 1, text))
+                names.add((name.start_byte, name.end_byte))
+        elif (
+            node.type in REFERENCES
+            and node.child_count == 0
+            and node.text
+            and (node.start_byte, node.end_byte) not in names
+        ):
+            refs[node.text.decode("utf-8", "replace")] += 1
+    return defs, dict(refs)
+
+
+def _nodes(root: Any) -> Iterator[Any]:
+    """Every node, depth first, parents before children (a definition's name is seen before it is counted)."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(node.children))
+
+
+def _definition_name(node: Any, language: str) -> Any:
+    if node.type == "variable_declarator":
+        value = node.child_by_field_name("value")
+        return (
+            node.child_by_field_name("name") if value is not None and value.type in _FUNCTION_VALUES else None
+        )
+    if language in ("c", "cpp") and node.type in ("function_definition", "declaration", "type_definition"):
+        return _declarator_name(node, function_only=node.type == "declaration")
+    if node.type in ("struct_specifier", "enum_specifier", "union_specifier", "class_specifier"):
+        return node.child_by_field_name("name") if node.child_by_field_name("body") is not None else None
+    return node.child_by_field_name("name")
+
+
+def _declarator_name(node: Any, function_only: bool) -> Any:
+    seen_function = False
+    current = node.child_by_field_name("declarator")
+    while current is not None and current.child_by_field_name("declarator") is not None:
+        seen_function = seen_function or current.type == "function_declarator"
+        current = current.child_by_field_name("declarator")
+    if current is None or (function_only and not seen_function):
+        return None
+    while current.type == "qualified_identifier" and current.child_by_field_name("name") is not None:
+        current = current.child_by_field_name("name")
+    return current
+
+
+def mentions(messages: Sequence[Message]) -> set[str]:
+    """Words of the task and of the newest messages (paths and identifiers the conversation is about)."""
+    chosen = [m for m in messages if m.role == "user"][:1] + list(messages[-MENTION_WINDOW:])
+    words: set[str] = set()
+    for m in chosen:
+        if m.role == "system":
+            continue
+        text = (m.content or "")[:20_000] + " ".join(t.arguments[:2_000] for t in m.tool_calls)
+        words.update(_WORD.findall(text))
+        words.update(w for w in re.findall(r"[\w./-]+\.\w+", text))
+    return words
+
+
+def rank(tags: dict[str, FileTags], mentioned: set[str]) -> list[tuple[str, Definition]]:
+    """(file, definition) pairs, most relevant first: a PageRank over "file A uses a name file B defines",
+    personalised towards files the conversation names, then each definition by how much it is used."""
+    defined: dict[str, set[str]] = defaultdict(set)
+    for path, t in tags.items():
+        for d in t.definitions:
+            defined[d.name].add(path)
+    used: Counter[str] = Counter()
+    edges: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for path, t in tags.items():
+        for name, n in t.references.items():
+            owners = defined.get(name)
+            if not owners:
+                continue
+            used[name] += n
+            weight = _name_weight(name, mentioned) * math.sqrt(n) / len(owners)
+            for owner in owners:
+                if owner != path:
+                    edges[path][owner] += weight
+    scores = _pagerank(list(tags), edges, {p for p in tags if _mentioned_file(p, mentioned)})
+    pairs = [
+        (scores[p] * _name_weight(d.name, mentioned) * math.log(2 + used[d.name]), p, d)
+        for p, t in tags.items()
+        for d in t.definitions
+    ]
+    pairs.sort(key=lambda x: (-x[0], x[1], x[2].line))
+    return [(p, d) for _, p, d in pairs]
+
+
+def _name_weight(name: str, mentioned: set[str]) -> float:
+    weight = 10.0 if name in mentioned else 1.0
+    return weight * (0.1 if name.startswith("_") else 1.0)
+
+
+def _mentioned_file(path: str, mentioned: set[str]) -> bool:
+    return path in mentioned or Path(path).name in mentioned or Path(path).stem in mentioned
+
+
+def _pagerank(
+    nodes: list[str], edges: dict[str, dict[str, float]], favoured: set[str], rounds: int = 25
+) -> dict[str, float]:
+    if not nodes:
+        return {}
+    base = {n: (10.0 if n in favoured else 1.0) for n in nodes}
+    total = sum(base.values())
+    personal = {n: v / total for n, v in base.items()}
+    rank_ = dict(personal)
+    out_weight = {n: sum(edges[n].values()) for n in nodes if n in edges}
+    for _ in range(rounds):
+        nxt = {n: 0.15 * personal[n] for n in nodes}
+        dangling = sum(rank_[n] for n in nodes if not out_weight.get(n))
+        for n in nodes:
+            nxt[n] += 0.85 * dangling * personal[n]
+        for src, targets in edges.items():
+            share = 0.85 * rank_[src] / out_weight[src]
+            for dst, w in targets.items():
+                nxt[dst] += share * w
+        rank_ = nxt
+    return rank_
+
+
+def _render(pairs: Sequence[tuple[str, Definition]]) -> str:
+    by_file: dict[str, list[Definition]] = defaultdict(list)
+    order: list[str] = []
+    for path, d in pairs:
+        if path not in by_file:
+            order.append(path)
+        by_file[path].append(d)
+    lines = [HEADER]
+    for path in order:
+        lines.append(f"{path}:")
+        rows = sorted({d.line: d for d in by_file[path]}.values(), key=lambda d: d.line)
+        lines += [f"  {d.line}: {d.text}" for d in rows]
+    return "\n".join(lines)

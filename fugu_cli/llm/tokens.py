@@ -1,0 +1,214 @@
+"""Token accounting per worker: each worker's tokenizer family, window and output reserve, and message counts
+cached per message (the transcript only grows, so a step costs the new messages, not the whole history).
+
+`LiteLLMTokens` counts with litellm's `token_counter` (litellm comes in through `load_litellm`, never at
+import); `CharTokens` is the approximation (four characters a token) that scripted runs use. Never prints.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from fugu_cli.types import Message, Worker
+
+DEFAULT_WINDOW = 32_768  # a model litellm does not know and the pool gives no context_limit for
+DEFAULT_RESERVE = 4_096
+MAX_RESERVE = 8_192
+MESSAGE_OVERHEAD = 4  # role and separators around every chat message
+CACHE_SIZE = 50_000
+
+
+@dataclass(frozen=True)
+class Window:
+    """A worker's context window: `tokens` in all, `reserve` of them kept for the reply."""
+
+    tokens: int
+    reserve: int
+    source: str  # pool | litellm | default
+
+    @property
+    def usable(self) -> int:
+        """The most prompt tokens a request may carry."""
+        return self.tokens - self.reserve
+
+    def to_json(self) -> dict[str, Any]:
+        return {"context_window": self.tokens, "output_reserve": self.reserve, "window_source": self.source}
+
+
+class TokenCounter(Protocol):
+    """What the agent, the compactor and the repo map count with."""
+
+    def family(self, worker: Worker) -> str:
+        """The worker's tokenizer family (workers of one family share counts)."""
+        ...
+
+    def window(self, worker: Worker) -> Window: ...
+
+    def message(self, worker: Worker, message: Message) -> int:
+        """Tokens of one message as sent to `worker` (cached)."""
+        ...
+
+    def text(self, worker: Worker | None, text: str) -> int:
+        """Tokens of a plain text (not cached)."""
+        ...
+
+    def tools(self, worker: Worker, tools: Sequence[Mapping[str, Any]]) -> int:
+        """Tokens of the tool schemas sent with every request (cached per family)."""
+        ...
+
+
+def request_tokens(
+    counter: TokenCounter, worker: Worker, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
+) -> int:
+    """Tokens a request of `messages` and `tools` carries to `worker`."""
+    return sum(counter.message(worker, m) for m in messages) + counter.tools(worker, tools) + 3
+
+
+def message_text(message: Message) -> str:
+    """Everything of a message that reaches the model as tokens."""
+    parts = [message.content or ""]
+    parts += [f"{t.name} {t.arguments}" for t in message.tool_calls]
+    if message.name:
+        parts.append(message.name)
+    return "\n".join(p for p in parts if p)
+
+
+def _schemas_text(tools: Sequence[Mapping[str, Any]]) -> str:
+    return json.dumps(list(tools), sort_keys=True) if tools else ""
+
+
+class _Counts:
+    """A bounded cache of message counts per tokenizer family. Keys hold the message itself (frozen, so
+    hashable): an equal message read back from the store counts once more, then hits."""
+
+    def __init__(self, size: int = CACHE_SIZE) -> None:
+        self._data: OrderedDict[tuple[str, Message], int] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, family: str, message: Message, count: Callable[[], int]) -> int:
+        key = (family, message)
+        with self._lock:
+            found = self._data.get(key)
+            if found is not None:
+                self._data.move_to_end(key)
+                return found
+        value = count()
+        with self._lock:
+            self._data[key] = value
+            if len(self._data) > self._size:
+                self._data.popitem(last=False)
+        return value
+
+
+def reserve_for(window: int, max_output: int | None, configured: int | None = None) -> int:
+    """The output reserve: the configured one, else the model's max output, capped so small windows keep
+    three quarters of themselves for the prompt."""
+    wanted = configured if configured is not None else min(max_output or DEFAULT_RESERVE, MAX_RESERVE)
+    return max(256, min(wanted, window // 4 if configured is None else window // 2))
+
+
+class CharTokens:
+    """Four characters a token; windows from the pool's `context_limit` or the default. For scripted runs."""
+
+    def __init__(self, reserve: int | None = None) -> None:
+        self._reserve = reserve
+
+    def family(self, worker: Worker) -> str:
+        return "chars"
+
+    def window(self, worker: Worker) -> Window:
+        size = worker.context_limit or DEFAULT_WINDOW
+        return Window(
+            size, reserve_for(size, None, self._reserve), "pool" if worker.context_limit else "default"
+        )
+
+    def message(self, worker: Worker, message: Message) -> int:
+        return len(message_text(message)) // 4 + MESSAGE_OVERHEAD
+
+    def text(self, worker: Worker | None, text: str) -> int:
+        return len(text) // 4
+
+    def tools(self, worker: Worker, tools: Sequence[Mapping[str, Any]]) -> int:
+        return len(_schemas_text(tools)) // 4
+
+
+class LiteLLMTokens:
+    """Counts with litellm's tokenizer for each worker's model (tiktoken's encodings ship with litellm, so
+    nothing is downloaded); windows from the pool's `context_limit`, else litellm's model table."""
+
+    def __init__(self, litellm: Callable[[], Any], reserve: int | None = None) -> None:
+        self._litellm = litellm
+        self._reserve = reserve
+        self._counts = _Counts()
+        self._families: dict[str, tuple[str, Any]] = {}
+        self._windows: dict[Worker, Window] = {}
+        self._tools: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+
+    def family(self, worker: Worker) -> str:
+        return self._tokenizer(worker.model)[0]
+
+    def window(self, worker: Worker) -> Window:
+        found = self._windows.get(worker)
+        if found is None:
+            found = self._windows[worker] = self._lookup_window(worker)
+        return found
+
+    def message(self, worker: Worker, message: Message) -> int:
+        family, encode = self._tokenizer(worker.model)
+        return self._counts.get(family, message, lambda: encode(message_text(message)) + MESSAGE_OVERHEAD)
+
+    def text(self, worker: Worker | None, text: str) -> int:
+        return int(self._tokenizer(worker.model if worker else "gpt-4")[1](text))
+
+    def tools(self, worker: Worker, tools: Sequence[Mapping[str, Any]]) -> int:
+        family, encode = self._tokenizer(worker.model)
+        text = _schemas_text(tools)
+        key = (family, text)
+        if key not in self._tools:
+            self._tools[key] = int(encode(text)) if tools else 0
+        return self._tools[key]
+
+    def _tokenizer(self, model: str) -> tuple[str, Callable[[str], int]]:
+        with self._lock:
+            found = self._families.get(model)
+            if found is None:
+                found = self._families[model] = self._select(model)
+        return found
+
+    def _select(self, model: str) -> tuple[str, Callable[[str], int]]:
+        litellm = self._litellm()
+        try:
+            from litellm.utils import _select_tokenizer
+
+            chosen = _select_tokenizer(model=model)
+            tokenizer = chosen["tokenizer"]
+            if chosen["type"] == "openai_tokenizer":
+                name = f"tiktoken:{tokenizer.name}"
+                return name, lambda text: len(tokenizer.encode(text, disallowed_special=()))
+            name = f"hf:{getattr(tokenizer, 'name_or_path', model)}"
+            return name, lambda text: len(tokenizer.encode(text).ids)
+        except Exception:  # a tokenizer that cannot load offline: litellm's generic counter
+            return f"litellm:{model}", lambda text: int(litellm.token_counter(model=model, text=text))
+
+    def _lookup_window(self, worker: Worker) -> Window:
+        info: Mapping[str, Any] = {}
+        try:
+            info = self._litellm().get_model_info(worker.model) or {}
+        except Exception:
+            info = {}
+        max_output = info.get("max_output_tokens")
+        if worker.context_limit:
+            size, source = worker.context_limit, "pool"
+        elif info.get("max_input_tokens"):
+            # some providers' replies come on top of max_input_tokens, others' not: assume not
+            size, source = int(info["max_input_tokens"]), "litellm"
+        else:
+            size, source = DEFAULT_WINDOW, "default"
+        return Window(size, reserve_for(size, max_output, self._reserve), source)

@@ -1,0 +1,112 @@
+"""The repo map of a small multi-language repository: tree-sitter definitions, ranking by references and
+mentions, the token budget, the mtime cache, and the map's way into a turn (or not, with --no-repo-map)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fugu_cli.app import build_session
+from fugu_cli.context.repomap import RepoMap
+from fugu_cli.llm.scripted import ScriptedLLM
+from fugu_cli.llm.tokens import CharTokens
+from fugu_cli.options import RunOptions
+from fugu_cli.types import Message
+from tests.helpers import git, make_repo, write_pool
+
+FILES = {
+    "py/shapes.py": "class Shape:\n    def area(self) -> float:\n        raise NotImplementedError\n\n"
+    "def total_area(shapes):\n    return sum(s.area() for s in shapes)\n",
+    "py/main.py": "from shapes import Shape, total_area\nprint(total_area([Shape()]))\n",
+    "web/app.ts": "export interface Greeter { greet(name: string): string }\n"
+    "export class PoliteGreeter implements Greeter {\n  greet(name: string): string { return name; }\n}\n",
+    "web/util.js": "function formatDate(d) { return d.toISOString(); }\n"
+    "const shout = (s) => s.toUpperCase();\nmodule.exports = { formatDate, shout };\n",
+    "go/server.go": "package server\ntype Server struct { Port int }\n"
+    "func NewServer(port int) *Server { return &Server{Port: port} }\n"
+    "func (s *Server) Start() error { return nil }\n",
+    "rs/lib.rs": "pub struct Parser { pos: usize }\npub trait Tokenize { fn tokens(&self) -> Vec<String>; }\n"
+    "impl Parser { pub fn parse_expr(&mut self) -> i64 { 0 } }\n",
+    "java/Account.java": "public class Account {\n    private long balance;\n"
+    "    public void deposit(long amount) { balance += amount; }\n}\n",
+    "c/queue.c": "struct queue { int head; };\n"
+    "int queue_push(struct queue *q, int v) { q->head = v; return 0; }\n",
+    "c/matrix.cpp": "namespace linalg {\nclass Matrix { public: double det() const; };\n"
+    "double Matrix::det() const { return 1.0; }\n}\n",
+    "build/generated.py": "def ignored_helper():\n    pass\n",
+}
+
+
+def _repo(tmp_path: Path) -> Path:
+    root = make_repo(tmp_path / "repo")
+    for rel, text in FILES.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    (root / ".gitignore").write_text("build/\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "code")
+    return root
+
+
+def test_the_map_names_the_key_definitions_of_each_language(tmp_path: Path) -> None:
+    root = _repo(tmp_path)
+    text = RepoMap(root, tmp_path / "cache", CharTokens()).render([Message("user", "look around")], 4000)
+    for name in (
+        "class Shape:",
+        "def total_area(shapes):",
+        "def add(a, b):",
+        "export interface Greeter",
+        "export class PoliteGreeter",
+        "function formatDate(d)",
+        "const shout = (s)",
+        "func NewServer(port int) *Server",
+        "func (s *Server) Start() error",
+        "pub struct Parser",
+        "pub trait Tokenize",
+        "public class Account",
+        "public void deposit(long amount)",
+        "int queue_push(struct queue *q, int v)",
+        "class Matrix",
+        "double Matrix::det() const",
+    ):
+        assert name in text, name
+    assert "ignored_helper" not in text and "build/" not in text
+
+
+def test_mentions_and_references_rank_files_and_the_budget_holds(tmp_path: Path) -> None:
+    root = _repo(tmp_path)
+    repo = RepoMap(root, tmp_path / "cache", CharTokens())
+    about_matrix = repo.render([Message("user", "why is Matrix det wrong in matrix.cpp?")], 60)
+    assert about_matrix.splitlines()[1] == "c/matrix.cpp:"
+    assert len(about_matrix) // 4 <= 60 and "go/server.go" not in about_matrix
+    # shapes.py is referenced by main.py: with nothing mentioned it outranks files nobody uses
+    plain = repo.render([Message("user", "look around")], 4000)
+    assert plain.index("py/shapes.py:") < plain.index("java/Account.java:")
+
+
+def test_tags_are_cached_by_mtime(tmp_path: Path) -> None:
+    root = _repo(tmp_path)
+    cache = tmp_path / "cache"
+    RepoMap(root, cache, CharTokens()).tags()
+    [stored] = list(cache.glob("*.json"))
+    assert "total_area" in stored.read_text()
+    (root / "py" / "shapes.py").write_text("def perimeter(shape):\n    return 0\n")
+    tags = RepoMap(root, cache, CharTokens()).tags()
+    assert [d.name for d in tags["py/shapes.py"].definitions] == ["perimeter"]
+    entry = json.loads(stored.read_text())["files"]["py/shapes.py"]
+    assert [d[0] for d in entry["defs"]] == ["perimeter"]
+
+
+def test_the_map_goes_with_the_turn_and_no_repo_map_turns_it_off(tmp_path: Path) -> None:
+    root = _repo(tmp_path)
+    pool = write_pool(tmp_path / "pool.toml", [{"name": "solo", "model": "openai/solo"}])
+    for flag, expect in ((None, True), (False, False)):
+        llm = ScriptedLLM(["done"])
+        opts = RunOptions(cwd=root, pool=str(pool), repo_map=flag)
+        build_session(opts, llm=llm).run_turn("fix total_area")
+        sent = llm.calls[0].messages
+        assert sent[-1].content == "fix total_area"  # the user's words, as typed
+        maps = [m for m in sent if m.role == "system" and "Repository map" in (m.content or "")]
+        assert bool(maps) is expect
+        if expect:
+            assert sent[-2] == maps[0] and "def total_area(shapes):" in (maps[0].content or "")

@@ -1,0 +1,121 @@
+"""Token accounting per worker, context-window errors, Anthropic cache breakpoints and cached-token prices,
+through litellm's own code against the loopback provider."""
+
+from __future__ import annotations
+
+import pytest
+
+from fugu_cli.errors import ContextOverflow
+from fugu_cli.llm.client import ClientConfig, LiteLLMClient, load_litellm
+from fugu_cli.llm.tokens import DEFAULT_WINDOW, CharTokens, LiteLLMTokens, request_tokens
+from fugu_cli.types import Message, ToolCall, Worker
+from tests.loopback import LoopbackServer
+
+FAST = ClientConfig(timeout_s=5.0, max_retries=2, backoff_base_s=0.01)
+TASK = [Message("system", "You are fugu."), Message("user", "list the files")]
+OPENAI_OVERFLOW = {
+    "fault": 400,
+    "message": "This model's maximum context length is 8192 tokens. However, your messages resulted in "
+    "9000 tokens. Please reduce the length of the messages.",
+    "code": "context_length_exceeded",
+}
+
+
+def test_windows_come_from_the_pool_then_litellm_then_the_default() -> None:
+    tokens = LiteLLMTokens(load_litellm)
+    pooled = tokens.window(Worker("small", "openai/local", context_limit=8192))
+    table = tokens.window(Worker("claude", "anthropic/claude-sonnet-4-5-20250929"))
+    unknown = tokens.window(Worker("x", "openai/no-such-model"))
+    assert (pooled.tokens, pooled.source, pooled.reserve) == (8192, "pool", 2048)
+    assert (table.tokens, table.source) == (200_000, "litellm") and table.reserve == 8192
+    assert (unknown.tokens, unknown.source) == (DEFAULT_WINDOW, "default")
+    assert pooled.usable == 8192 - 2048
+
+
+def test_counts_follow_the_workers_tokenizer_and_repeat_from_the_cache() -> None:
+    tokens = LiteLLMTokens(load_litellm)
+    w = Worker("a", "openai/gpt-4o")
+    text = "def add(a, b):\n    return a + b\n" * 50
+    message = Message("tool", text, tool_call_id="c1", name="read_file")
+    import tiktoken
+
+    expected = len(tiktoken.get_encoding(tokens.family(w).split(":", 1)[1]).encode(text))
+    assert tokens.message(w, message) >= expected
+    assert tokens.message(w, Message("tool", text, tool_call_id="c1", name="read_file")) == tokens.message(
+        w, message
+    )
+    call = Message("assistant", None, (ToolCall("c1", "read_file", '{"path": "calc.py"}'),))
+    assert tokens.message(w, call) > 4
+    assert request_tokens(tokens, w, [message, call], []) > tokens.message(w, message)
+    # a rough count for scripted runs is within a factor of two of the real one
+    rough = CharTokens().message(w, message)
+    assert expected / 2 < rough < expected * 2
+
+
+def test_openai_context_window_error_is_an_overflow_and_not_retried(loopback: LoopbackServer) -> None:
+    loopback.script("test-model", [OPENAI_OVERFLOW, "never"])
+    worker = Worker("w", "openai/test-model", api_base=loopback.base_url)
+    with pytest.raises(ContextOverflow) as caught:
+        LiteLLMClient(FAST).complete(worker, TASK, [])
+    assert "context window" in str(caught.value)
+    assert len(loopback.requests) == 1
+
+
+def test_anthropic_prompt_too_long_is_an_overflow(loopback: LoopbackServer) -> None:
+    loopback.script(
+        "claude-test", [{"fault": 400, "message": "prompt is too long: 250000 tokens > 200000 maximum"}]
+    )
+    worker = Worker("c", "anthropic/claude-test", api_base=loopback.url)
+    with pytest.raises(ContextOverflow):
+        LiteLLMClient(FAST).complete(worker, TASK, [])
+    assert len(loopback.requests) == 1
+
+
+def test_anthropic_requests_carry_cache_breakpoints_on_the_stable_prefix(loopback: LoopbackServer) -> None:
+    loopback.script("claude-test", ["ok"])
+    worker = Worker("c", "anthropic/claude-test", api_base=loopback.url)
+    transcript = [*TASK, Message("assistant", "Looking."), Message("user", "and the tests?")]
+    LiteLLMClient(FAST).complete(worker, transcript, [])
+    body = loopback.requests[0].body
+    system = body["system"]
+    assert isinstance(system, list) and system[-1]["cache_control"] == {"type": "ephemeral"}
+    last = body["messages"][-1]["content"]
+    assert isinstance(last, list) and last[-1]["cache_control"] == {"type": "ephemeral"}
+    # not every message: the breakpoints sit on the system prompt and the end of the prefix
+    marked = [m for m in body["messages"] if "cache_control" in str(m["content"])]
+    assert len(marked) == 1
+
+
+def test_openai_requests_carry_no_cache_marks(loopback: LoopbackServer) -> None:
+    loopback.script("test-model", ["ok"])
+    LiteLLMClient(FAST).complete(Worker("w", "openai/test-model", api_base=loopback.base_url), TASK, [])
+    assert "cache_control" not in str(loopback.requests[0].body)
+
+
+def test_cached_input_tokens_cost_the_cached_price(loopback: LoopbackServer) -> None:
+    usage = {"prompt_tokens": 1000, "completion_tokens": 100, "cached_tokens": 800}
+    loopback.script("test-model", [{"content": "ok", "usage": usage}] * 2)
+    priced = Worker(
+        "w", "openai/test-model", api_base=loopback.base_url, price_in=10.0, price_out=20.0, price_cached=1.0
+    )
+    done = LiteLLMClient(FAST).complete(priced, TASK, [])
+    assert done.usage.cached_tokens == 800
+    assert done.usage.cost_usd == pytest.approx((200 * 10.0 + 800 * 1.0 + 100 * 20.0) / 1e6)
+    # without a cached price of its own, a model unknown to litellm gets no discount it cannot prove
+    plain = Worker("w", "openai/test-model", api_base=loopback.base_url, price_in=10.0, price_out=20.0)
+    again = LiteLLMClient(FAST).complete(plain, TASK, [])
+    assert again.usage.cost_usd == pytest.approx((1000 * 10.0 + 100 * 20.0) / 1e6)
+
+
+def test_table_priced_cached_tokens_use_litellms_cached_price() -> None:
+    from fugu_cli.llm.pricing import PriceBook
+    from fugu_cli.types import Usage
+
+    book = PriceBook(load_litellm)
+    claude = Worker("c", "anthropic/claude-sonnet-4-5-20250929")
+    full, _ = book.cost(claude, Usage(prompt_tokens=1_000_000))
+    cached, _ = book.cost(claude, Usage(prompt_tokens=1_000_000, cached_tokens=1_000_000))
+    assert full.cost_usd == pytest.approx(3.0) and cached.cost_usd == pytest.approx(0.3)
+    own_in = Worker("c", "anthropic/claude-sonnet-4-5-20250929", price_in=3.0, price_out=15.0)
+    mine, _ = book.cost(own_in, Usage(prompt_tokens=1_000_000, cached_tokens=1_000_000))
+    assert mine.cost_usd == pytest.approx(0.3)
