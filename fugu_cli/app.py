@@ -208,7 +208,7 @@ def build_session(
     root = repo_root(opts.cwd)
     resumed, saved_pool, messages = _resume(store, opts, root)
     pool = usable_pool(config, opts.cwd, saved_pool)
-    if config.cost_weight > 0:
+    if (config.cost_weight or 0.0) > 0:
         pool = with_table_prices(pool)
     names = [w.name for w in pool]
     if config.worker and config.worker not in names:
