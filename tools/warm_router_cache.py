@@ -2,8 +2,8 @@
 
     python tools/warm_router_cache.py ../shared/data/swebench_verified_dev ../shared/data/routerbench_subset
 
-Training and `fugu router eval` read the same cache (under $FUGU_HOME, or --cache), so after this they start at
-once. Each chunk is saved as it finishes: an interrupted run loses at most one chunk.
+Training and `fugu router eval` read the same cache (under $FUGU_HOME, or --cache), so after this they start
+at once. Each chunk is saved as it finishes: an interrupted run loses at most one chunk.
 """
 
 from __future__ import annotations
@@ -41,7 +41,11 @@ def main() -> None:
             )
             done = min(s + args.chunk, len(texts))
             rate = (time.perf_counter() - start) / done
-            print(f"{data.name}: {done}/{len(texts)} ({rate * 1000:.0f} ms a prompt)", file=sys.stderr, flush=True)
+            print(
+                f"{data.name}: {done}/{len(texts)} ({rate * 1000:.0f} ms a prompt)",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

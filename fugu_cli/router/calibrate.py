@@ -1,12 +1,15 @@
-"""Turning a fitted head into decisions: the per-worker bias and the shrink of `checkpoint.Decision`, chosen
-by the one objective on the dev part.
+"""Turning a fitted head into decisions that fall back to the best mix where the text says little.
 
-The head's τ·log q estimates each worker's utility up to a constant per prompt, but its average preference
-for a worker drifts (target shrinkage, early stopping, the identity terms). The bias recentres it on the
-worker's mean utility on the fitting part, so at shrink 0 the router is exactly the best single worker for the
-budget and the hull of its λ sweep the best random mix; the shrink (chosen on dev, ties to the smaller) lets
-per-prompt evidence move a choice only as far as it earned on prompts the head never fitted. The raw head
-(shrink 1, no bias) is measured too and wins only if it beats every calibrated variant. Pure numpy.
+The head's τ·log q estimates each worker's utility up to a constant per prompt, but it is fitted on a few
+hundred noisy outcomes. A decision therefore starts from the worker's mean utility on the training data (its
+`prior`: at λ this alone picks the best single worker for the budget, and the hull of the λ sweep is the best
+random mix of two) and adds the head's per-prompt deviation from its own mean (`centre`) scaled by a shrink
+s(λ) ∈ [0, 1]. s is chosen per λ on out-of-fold estimates (prompts the head never fitted): the s whose gain
+over s = 0 has the best lower confidence bound (mean − z·standard error over the held-out prompts), and 0
+unless some bound is above 0, so per-prompt evidence moves a choice only at budgets where it clearly earned
+that on prompts the head never saw.
+The raw head (s = 1, no prior) is measured too, for the record: `allow_raw` lets it win when it beats the
+calibrated decisions on average over the λ sweep (it has no fallback, so by default it may not). Pure numpy.
 """
 
 from __future__ import annotations
@@ -17,54 +20,111 @@ from dataclasses import dataclass
 import numpy as np
 
 DEFAULT_SHRINKS = (0.0, 0.25, 0.5, 0.75, 1.0)
+CONFIDENCE_Z = 1.0  # how many standard errors a shrink's held-out gain over the best mix must clear
 
 
 @dataclass(frozen=True)
 class Calibrated:
-    shrink: float
-    bias: tuple[float, ...]
-    dev_utility: float
-    options: dict[str, float]  # dev utility of every option measured ("raw", "shrink=0.5", ...)
+    prior: tuple[float, ...]  # [W] mean utility at λ0 on the training data
+    shrinks: tuple[tuple[float, float], ...]  # (λ, s): s from this λ up to the next
+    raw: bool  # the raw head won: no prior, s = 1
+    score: float  # mean held-out utility over the λ grid
+    options: dict[str, float]  # mean held-out utility over the grid of each fixed option, for the record
 
 
 def mean_utility(util: np.ndarray, score: np.ndarray) -> float:
     """Mean of `util` [N, W] at the argmax of `score` over the measured (non-NaN) cells of each row."""
-    if len(util) == 0:
-        return 0.0
+    return float(row_utility(util, score).mean()) if len(util) else 0.0
+
+
+def row_utility(util: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """[N] `util` at the argmax of `score` over the measured (non-NaN) cells of each row."""
     masked = np.where(np.isnan(util), -np.inf, score)
     pick = masked.argmax(axis=1)
-    return float(util[np.arange(len(util)), pick].mean())
+    return np.asarray(util[np.arange(len(util)), pick])
 
 
 def centred(scores: np.ndarray, util: np.ndarray) -> np.ndarray:
-    """Scores minus each row's mean over its measured workers (NaN where unmeasured)."""
+    """Scores minus each row's mean over its measured workers (0 where unmeasured)."""
     s = np.where(np.isnan(util), np.nan, scores)
-    return np.asarray(s - np.nanmean(s, axis=1, keepdims=True))
+    return np.asarray(np.nan_to_num(s - np.nanmean(s, axis=1, keepdims=True)))
+
+
+def col_mean(a: np.ndarray) -> np.ndarray:
+    """[W] mean over the non-NaN cells of each column (0 for an empty column)."""
+    seen = ~np.isnan(a)
+    return np.asarray(np.where(seen, a, 0.0).sum(axis=0) / np.maximum(seen.sum(axis=0), 1))
 
 
 def calibrate(
-    est_fit: np.ndarray,
-    util_fit: np.ndarray,
-    est_dev: np.ndarray,
-    util_dev: np.ndarray,
+    est: np.ndarray,
+    util: np.ndarray,
+    cost: np.ndarray,
+    *,
+    prior: np.ndarray,
+    mean_cost: np.ndarray,
+    lam0: float,
+    grid: Sequence[float],
     shrinks: Sequence[float] = DEFAULT_SHRINKS,
+    z: float = CONFIDENCE_Z,
+    allow_raw: bool = False,
 ) -> Calibrated:
-    """`est_*` [N, W]: the head's τ·log q; `util_*` [N, W]: the utility at the checkpoint's λ (NaN where not
-    measured). Returns the dev-best option."""
-    mean_u = _col_mean(util_fit)
-    mean_g = _col_mean(centred(est_fit, util_fit))
-    options: dict[str, tuple[float, float, np.ndarray]] = {}
-    for s in shrinks:
-        bias = mean_u - s * mean_g
-        options[f"shrink={s:g}"] = (mean_utility(util_dev, s * est_dev + bias), s, bias)
-    raw = mean_utility(util_dev, est_dev)
-    best = max(options.values(), key=lambda o: (o[0], -o[1]))
-    dev = {k: v[0] for k, v in options.items()} | {"raw": raw}
-    if raw > best[0] + 1e-12:
-        return Calibrated(1.0, (), raw, dev)
-    return Calibrated(best[1], tuple(float(b) for b in best[2]), best[0], dev)
+    """`est` [N, W]: the head's held-out τ·log q; `util` [N, W]: utility at `lam0` of the same rows (NaN where
+    not measured); `cost` [N, W]: their USD; `prior`, `mean_cost` [W] from the training data."""
+    dev = centred(est, util)
+    dev = dev - col_mean(np.where(np.isnan(util), np.nan, dev))[None, :]
+    table: list[tuple[float, float]] = []
+    total, options = 0.0, {f"shrink={s:g}": 0.0 for s in shrinks} | {"raw": 0.0}
+    for lam in grid:
+        u = util - (lam - lam0) * cost
+        base = prior - (lam - lam0) * mean_cost
+        per_row = {s: row_utility(u, base[None, :] + s * dev) for s in (0.0, *shrinks)}
+        s_best = _confident(per_row, z)
+        table.append((float(lam), s_best))
+        total += float(per_row[s_best].mean())
+        for s in shrinks:
+            options[f"shrink={s:g}"] += float(per_row[s].mean()) / len(grid)
+        options["raw"] += mean_utility(u, est - (lam - lam0) * mean_cost[None, :]) / len(grid)
+    score = total / len(grid)
+    raw = allow_raw and options["raw"] > score + 1e-12
+    return Calibrated(
+        prior=tuple(float(p) for p in prior),
+        shrinks=((0.0, 1.0),) if raw else _merged(table),
+        raw=raw,
+        score=options["raw"] if raw else score,
+        options=options,
+    )
 
 
-def _col_mean(a: np.ndarray) -> np.ndarray:
-    seen = ~np.isnan(a)
-    return np.asarray(np.where(seen, a, 0.0).sum(axis=0) / np.maximum(seen.sum(axis=0), 1))
+def _confident(per_row: dict[float, np.ndarray], z: float) -> float:
+    """The shrink whose gain over 0 has the highest lower bound mean − z·SE, or 0 if none is above 0."""
+    base = per_row[0.0]
+    best, bound = 0.0, 0.0
+    for s, got in per_row.items():
+        gain = got - base
+        if s == 0.0 or len(gain) < 2:
+            continue
+        low = float(gain.mean() - z * gain.std(ddof=1) / np.sqrt(len(gain)))
+        if low > bound + 1e-12:
+            best, bound = s, low
+    return best
+
+
+def _merged(table: list[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
+    """Drop grid points that repeat the shrink before them: the table is a step function."""
+    out: list[tuple[float, float]] = []
+    for lam, s in table:
+        if not out or out[-1][1] != s:
+            out.append((lam, s))
+    return tuple(out)
+
+
+def shrink_at(shrinks: Sequence[tuple[float, float]], lam: float) -> float:
+    """s(λ): the shrink of the last table entry at or below λ (the first entry's below it)."""
+    if not shrinks:
+        return 1.0
+    s = shrinks[0][1]
+    for at, value in shrinks:
+        if at <= lam + 1e-12:
+            s = value
+    return s

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fugu_cli.errors import ConfigError, UsageError
+from fugu_cli.router.calibrate import shrink_at
 from fugu_cli.router.data import RewardMatrix, id_key, mean_costs, text_key
 from fugu_cli.router.objective import Scores
 from fugu_cli.types import Worker
@@ -43,51 +44,66 @@ class CheckpointWorker:
 class Decision:
     """How the head's scores become a choice, the same in `fugu router eval` and in a session:
 
-        utility_j = shrink · τ · log q_j + bias_j − (λ − lam) · cost_j
+        utility_j(λ) = prior_j + s(λ) · (τ · log q_j − centre_j) − (λ − lam) · cost_j
 
-    q is the head's softmax over the candidates; τ·log q estimates normalised reward − lam·USD up to a
-    constant per prompt; `bias` (one per known worker; unseen workers get their mean) recentres it so that the
-    router's average preference for j is j's mean utility on the training data, and `shrink` ∈ [0, 1] says
-    how far per-prompt evidence may move a choice away from that: at 0 the router is the best single worker
-    for the budget. `lam` is the λ it was trained at (reward per USD); `mean_cost` each known worker's mean
-    USD per prompt in training."""
+    log q is the head's log-softmax over the candidates, centred per prompt; τ·log q estimates normalised
+    reward − lam·USD up to a constant per prompt. `prior` is each known worker's mean utility at `lam` on the
+    training data, `centre` the head's mean centred estimate there, and s(λ) (`shrinks`: (λ, s) steps, from
+    calibrate.py) how far per-prompt evidence may move a choice from the best single worker for the budget.
+    Unseen workers get the mean prior and no centre. `lam` is the λ it was trained at (reward per USD);
+    `mean_cost` each known worker's mean USD per prompt in training. No prior at all: the raw head."""
 
     lam: float = 0.0
     tau: float = 1.0
-    shrink: float = 1.0
-    bias: tuple[float, ...] = ()
+    prior: tuple[float, ...] = ()
+    centre: tuple[float, ...] = ()
+    shrinks: tuple[tuple[float, float], ...] = ((0.0, 1.0),)
     mean_cost: tuple[float, ...] = ()
 
-    def base(self, logp: np.ndarray, known: np.ndarray) -> np.ndarray:
-        """[N, W] utility at `lam` from log-probabilities [N, W]; `known` [W]: index of each column's worker
-        in the checkpoint, -1 for a worker it never saw."""
-        return np.asarray(self.shrink * self.tau * logp + self.biases(known)[None, :])
+    def shrink(self, lam: float | None = None) -> float:
+        return shrink_at(self.shrinks, self.lam if lam is None else lam)
 
-    def biases(self, known: np.ndarray) -> np.ndarray:
-        b = np.asarray(self.bias, dtype=float)
-        if b.size == 0:
-            return np.zeros(len(known))
-        return np.asarray(np.where(known >= 0, b[np.clip(known, 0, None)], b.mean()))
+    def deviation(self, logp: np.ndarray, known: np.ndarray) -> np.ndarray:
+        """[N, W] τ·log q centred per prompt, minus the known workers' training mean."""
+        est = self.tau * (logp - logp.mean(axis=1, keepdims=True))
+        return np.asarray(est - _take(self.centre, known, 0.0)[None, :])
+
+    def base(self, logp: np.ndarray, known: np.ndarray, lam: float | None = None) -> np.ndarray:
+        """[N, W] utility at `lam` before the cost shift, with the shrink of λ (default: the checkpoint's).
+        `known` [W]: index of each column's worker in the checkpoint, -1 for a worker it never saw."""
+        prior = _take(self.prior, known, float(np.mean(self.prior)) if self.prior else 0.0)
+        return np.asarray(prior[None, :] + self.shrink(lam) * self.deviation(logp, known))
 
     def costs(self, known: np.ndarray, fallback: np.ndarray) -> np.ndarray:
         """[W] USD each column's worker is expected to spend: its training mean if known, else `fallback`."""
-        c = np.asarray(self.mean_cost, dtype=float)
-        if c.size == 0:
-            return np.asarray(fallback, dtype=float)
-        return np.asarray(np.where(known >= 0, c[np.clip(known, 0, None)], fallback))
+        return (
+            np.where(known >= 0, _take(self.mean_cost, known, 0.0), fallback) if self.mean_cost else fallback
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "bias": list(self.bias), "mean_cost": list(self.mean_cost)}
+        out = asdict(self)
+        out.update(prior=list(self.prior), centre=list(self.centre), mean_cost=list(self.mean_cost))
+        out["shrinks"] = [list(x) for x in self.shrinks]
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Decision:
         return cls(
             lam=float(data.get("lam", 0.0)),
             tau=float(data.get("tau", 1.0)),
-            shrink=float(data.get("shrink", 1.0)),
-            bias=tuple(float(b) for b in data.get("bias", ())),
+            prior=tuple(float(b) for b in data.get("prior", ())),
+            centre=tuple(float(b) for b in data.get("centre", ())),
+            shrinks=tuple((float(a), float(b)) for a, b in data.get("shrinks", ((0.0, 1.0),))),
             mean_cost=tuple(float(c) for c in data.get("mean_cost", ())),
         )
+
+
+def _take(values: Sequence[float], known: np.ndarray, missing: float) -> np.ndarray:
+    """values[k] for each column's known index k, `missing` for unseen workers (or no values at all)."""
+    v = np.asarray(values, dtype=float)
+    if v.size == 0:
+        return np.full(len(known), missing)
+    return np.asarray(np.where(known >= 0, v[np.clip(known, 0, None)], missing))
 
 
 @dataclass(frozen=True)
@@ -245,8 +261,8 @@ def info_text(directory: Path) -> str:
         f"  svf targets  {', '.join(meta.svf_targets) or 'none'}",
         f"  tau          {meta.tau if meta.tau is not None else '-'}",
         f"  lambda       {meta.decision.lam:g} (reward per USD; a session's --cost-weight is the same unit)",
-        f"  decision     shrink {meta.decision.shrink:g}, per-worker bias "
-        f"{'yes' if meta.decision.bias else 'no'}",
+        f"  decision     {'raw head' if not meta.decision.prior else 'prior + shrunk head'}; shrink by λ "
+        + ", ".join(f"{lam:g}: {s:g}" for lam, s in meta.decision.shrinks),
         f"  created      {meta.created or '-'}",
         "  workers",
     ]
@@ -318,6 +334,9 @@ def router_scores(
         desc = description_embeddings(backbone, cols, meta.max_tokens)
         logits = head(torch.from_numpy(feats), desc, known=torch.from_numpy(known).long())
         logp = torch.log_softmax(logits, dim=-1).double().numpy()
-    decision = meta.decision
-    prior = np.asarray(decision.biases(known))
-    return Scores(decision.base(logp, known), decision.costs(known, mean_costs(data)), decision.lam, prior)
+    d = meta.decision
+    cost = d.costs(known, mean_costs(data))
+    # a worker the checkpoint never saw was not charged λ_ckpt by its head: charge it here, as sessions do
+    base = d.base(logp, known) - np.where(known >= 0, 0.0, d.lam * cost)[None, :]
+    tie = _take(d.prior, known, float(np.mean(d.prior)) if d.prior else 0.0)
+    return Scores(base, cost, d.lam, tie, head=d.deviation(logp, known), shrinks=d.shrinks)

@@ -195,6 +195,24 @@ def stack(parts: Sequence[RewardMatrix], name: str = "") -> RewardMatrix:
     )
 
 
+def concat(parts: Sequence[RewardMatrix]) -> RewardMatrix:
+    """Rows of several parts of one data set (same workers), e.g. the held-out folds of a k-fold split."""
+    first = parts[0]
+    if any(p.workers != first.workers for p in parts):
+        raise ValueError("concat needs parts with the same workers; stack() joins different data sets")
+    return dataclasses.replace(
+        first,
+        prompt_ids=tuple(x for p in parts for x in p.prompt_ids),
+        texts=None if any(p.texts is None for p in parts) else tuple(t for p in parts for t in p.texts or ()),
+        tasks=tuple(t for p in parts for t in p.tasks),
+        splits=tuple(s for p in parts for s in p.splits),
+        reward=np.vstack([p.reward for p in parts]),
+        cost=None
+        if first.cost is None
+        else np.vstack([p.costs() if p.cost is None else p.cost for p in parts]),
+    )
+
+
 def text_key(text: str) -> str:
     """A prompt's fingerprint: 16 hex digits of the hash of its text with case and spacing folded."""
     return hashlib.blake2b(" ".join(text.split()).lower().encode(), digest_size=8).hexdigest()

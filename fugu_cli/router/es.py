@@ -129,8 +129,9 @@ def run_sep_cma(
 @dataclass
 class OfflineFitness:
     """Mean utility (normalised reward − λ·USD, given as `util`) of a candidate router's choices on a sampled
-    batch of recorded prompts, choosing as the checkpoint will: argmax of shrink·τ·log q + bias over the
-    workers measured on the prompt.
+    batch of recorded prompts, choosing as the checkpoint will at its λ (`checkpoint.Decision`): argmax of
+    prior + shrink·(τ·log q centred per prompt − centre) over the workers measured on the prompt (without a
+    prior: the raw head).
 
     The vector is the head's parameters followed by the SVF offsets (`param_vector` order). Without SVF the
     prompt features are fixed (`features`); with SVF they are recomputed from cached inputs of the last
@@ -140,7 +141,8 @@ class OfflineFitness:
     util: np.ndarray  # [N, W] utility at the checkpoint's λ; NaN where a worker was not measured
     tau: float = 0.1
     shrink: float = 1.0
-    bias: np.ndarray | None = None  # [W]
+    prior: np.ndarray | None = None  # [W]
+    centre: np.ndarray | None = None  # [W]
     per_generation: int = 64  # prompts per fitness call (all of them when <= 0)
     seed: int = 0
     features: np.ndarray | None = None  # [N, H]
@@ -170,9 +172,12 @@ class OfflineFitness:
                 desc = torch.from_numpy(np.asarray(self.desc, dtype=np.float32))
             logp = torch.log_softmax(head(feats, desc), dim=-1).double().numpy()
         util = self.util[rows]
-        bias = np.zeros(util.shape[1]) if self.bias is None else self.bias
-        score = np.where(np.isnan(util), -np.inf, self.shrink * self.tau * logp + bias[None, :])
-        choice = score.argmax(axis=1)
+        est = self.tau * np.where(np.isnan(util), np.nan, logp)
+        est = est - np.nanmean(est, axis=1, keepdims=True)
+        if self.prior is not None:
+            centre = np.zeros(util.shape[1]) if self.centre is None else self.centre
+            est = self.prior[None, :] + self.shrink * (est - centre[None, :])
+        choice = np.where(np.isnan(util), -np.inf, est).argmax(axis=1)
         return float(util[np.arange(len(rows)), choice].mean())
 
     def _features(self, backbone: Any, generation: int) -> tuple[Any, np.ndarray]:

@@ -181,5 +181,33 @@ def concat_scores(parts: Sequence[Scores]) -> Scores:
     n = [len(s.base) for s in parts]
     costs = [s.cost if s.cost.ndim == 2 else np.tile(s.cost, (k, 1)) for s, k in zip(parts, n, strict=True)]
     lam0 = parts[0].lam0
-    base = [s.base - (lam0 - s.lam0) * c for s, c in zip(parts, costs, strict=True)]
+    base = [s.at(lam0) for s in parts]
+    if any(s.head is not None for s in parts):  # learned: each part keeps its own shrink table
+        return _Pooled(parts, np.vstack(base), np.vstack(costs), lam0)
     return Scores(np.vstack(base), np.vstack(costs), lam0, parts[0].tie)
+
+
+class _Pooled(Scores):
+    """Several parts' scores judged as one (optionally only rows `idx`), each part moving with λ by its own
+    shrink table."""
+
+    def __init__(
+        self,
+        parts: Sequence[Scores],
+        base: np.ndarray,
+        cost: np.ndarray,
+        lam0: float,
+        idx: np.ndarray | None = None,
+    ) -> None:
+        super().__init__(base, cost, lam0, parts[0].tie)
+        object.__setattr__(self, "parts", tuple(parts))
+        object.__setattr__(self, "idx", idx)
+
+    def at(self, lam: float) -> np.ndarray:
+        full = np.vstack([p.at(lam) for p in self.parts])  # type: ignore[attr-defined]
+        return full if self.idx is None else full[self.idx]  # type: ignore[attr-defined]
+
+    def rows(self, idx: np.ndarray) -> Scores:
+        own = self.idx  # type: ignore[attr-defined]
+        keep = idx if own is None else own[idx]
+        return _Pooled(self.parts, self.base[idx], self.cost[idx], self.lam0, keep)  # type: ignore[attr-defined]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fugu_cli.router.calibrate import shrink_at
 from fugu_cli.router.data import RewardMatrix, mean_costs
 
 GRID_STEPS_PER_DECADE = 8  # λ sweep: 10^(k/8), so every data set (and every fold) shares grid values
@@ -59,23 +60,30 @@ def choose(util: np.ndarray, tie_break: np.ndarray | None = None) -> np.ndarray:
 class Scores:
     """A router's view of N prompts: `base[i, j]` is its utility estimate for worker j at λ = `lam0`, and
     `cost` ([N, W] or [W]) the USD it expects j to spend, so its estimate at λ is base − (λ − lam0)·cost.
-    `tie` ([W]) orders exact ties (the training mean reward, so a tie goes to the better worker)."""
+    A learned router also moves its per-prompt evidence `head` [N, W] by a shrink that depends on λ
+    (`shrinks`, see calibrate.py). `tie` ([W]) orders exact ties (e.g. the training mean)."""
 
     base: np.ndarray
     cost: np.ndarray
     lam0: float = 0.0
     tie: np.ndarray | None = field(default=None)
+    head: np.ndarray | None = field(default=None)
+    shrinks: tuple[tuple[float, float], ...] = ()
 
     def at(self, lam: float) -> np.ndarray:
         cost = self.cost if self.cost.ndim == 2 else self.cost[None, :]
-        return np.asarray(self.base - (lam - self.lam0) * cost)
+        out = self.base - (lam - self.lam0) * cost
+        if self.head is not None and self.shrinks:
+            out = out + (shrink_at(self.shrinks, lam) - shrink_at(self.shrinks, self.lam0)) * self.head
+        return np.asarray(out)
 
     def choices(self, lam: float) -> np.ndarray:
         return choose(self.at(lam), self.tie)
 
     def rows(self, idx: np.ndarray) -> Scores:
         cost = self.cost[idx] if self.cost.ndim == 2 else self.cost
-        return Scores(self.base[idx], cost, self.lam0, self.tie)
+        head = None if self.head is None else self.head[idx]
+        return Scores(self.base[idx], cost, self.lam0, self.tie, head, self.shrinks)
 
 
 def lambda_grid(costs: np.ndarray, extra: tuple[float, ...] = ()) -> list[float]:

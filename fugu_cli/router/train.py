@@ -1,10 +1,11 @@
 """Router training stage 1: soft labels from the one objective, then only the head (and SVF scales) fitted.
 
 Targets are p_i = softmax(ũ_i / τ) over the workers measured on prompt i, with ũ = (1 − α)·u + α·(the
-worker's mean u) and u = normalised reward − λ·USD (`objective.py`). Phase A fits the head on cached prompt
-features for every α of a grid; the α whose calibrated decisions (`calibrate.py`) give the best dev utility
-wins. Phase B fine-tunes head + SVF scales of the last backbone block(s), kept only if it lowers dev KL.
-Stage 2 (`trainer.py`) starts from the result. Imports torch: import lazily. Never prints (`on_log`).
+worker's mean u) and u = normalised reward − λ·USD (`objective.py`). α is chosen by the held-out utility of
+calibrated decisions (`calibrate.py`) over the λ sweep: out-of-fold on k inner folds of the training part
+(small data), or on a 10% dev part (large data). The final head is fitted on 90% with early stopping on the
+rest; phase B (`svf_train.py`) may then fine-tune SVF scales. Stage 2 (`trainer.py`) starts from the result.
+Imports torch: import lazily. Never prints: progress goes to `on_log`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ import torch
 
 from fugu_cli.errors import UsageError
 from fugu_cli.router.backbone import Backbone, load_backbone
-from fugu_cli.router.calibrate import DEFAULT_SHRINKS, calibrate
+from fugu_cli.router.calibrate import (
+    CONFIDENCE_Z,
+    DEFAULT_SHRINKS,
+    Calibrated,
+    calibrate,
+    centred,
+    col_mean,
+)
 from fugu_cli.router.checkpoint import CheckpointWorker, Decision
 from fugu_cli.router.data import RewardMatrix, mean_costs
 from fugu_cli.router.describe import describe_workers
@@ -30,8 +38,7 @@ from fugu_cli.router.embed_cache import encode_prompts
 from fugu_cli.router.executor import Executor
 from fugu_cli.router.features import description_embeddings
 from fugu_cli.router.head import HeadConfig, SelectionHead
-from fugu_cli.router.objective import task_scales, utility
-from fugu_cli.router.splits import dev_split
+from fugu_cli.router.objective import lambda_grid, task_scales, utility
 from fugu_cli.router.svf import SVFState
 from fugu_cli.router.svf_train import fit_svf, kl_loss, svf_digest
 
@@ -44,10 +51,13 @@ class TrainConfig:
     lam: float = 0.0  # λ, reward per USD: the objective the targets, selection and stage 2 use
     tau: float = 0.1  # softmax temperature of the targets, in normalised-utility units
     # One outcome per (prompt, worker) is a noisy sample: targets use (1-α)·u + α·(the worker's mean u), with
-    # α picked from this grid by dev utility (the first α wins ties).
+    # α picked from this grid by held-out utility (the first α wins ties).
     alphas: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75)
     shrinks: tuple[float, ...] = DEFAULT_SHRINKS  # decision shrink toward the best single (calibrate.py)
-    describe_tasks: bool = True  # worker descriptions name the tasks a worker is strong on (not repositories)
+    confidence_z: float = CONFIDENCE_Z  # standard errors a shrink's held-out gain must clear
+    select_folds: int = 5  # inner folds for choosing α and the shrinks; 1: the dev part
+    cv_max_rows: int = 20_000  # above this many training prompts, choose on the dev part
+    describe_tasks: bool = True  # worker descriptions name the tasks a worker is strong on
     rank: int = 12
     lr: float = 3e-3
     weight_decay: float = 1e-2
@@ -67,10 +77,10 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class Part:
-    """One side of the fit/dev split: features, utilities at λ, and the measured mask."""
+    """Some training rows: features, utilities at λ (NaN where unmeasured), and the measured mask."""
 
     x: torch.Tensor  # [N, H]
-    util: np.ndarray  # [N, W] (NaN where unmeasured)
+    util: np.ndarray  # [N, W]
 
     @property
     def mask(self) -> torch.Tensor:
@@ -87,10 +97,9 @@ class Trained:
     workers: tuple[CheckpointWorker, ...]
     decision: Decision
     scales: dict[str, float]
-    fit: Part  # the fit / dev parts the head was fitted and calibrated on (stage 2 reuses them)
+    fit: Part  # the rows the final head was fitted on, and its early-stopping dev rows (stage 2 reuses them)
     dev: Part
     desc: torch.Tensor  # [W, D] description embeddings of `workers`
-    mean_cost: np.ndarray  # [W] mean USD per prompt on the training part
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
@@ -109,13 +118,12 @@ def shrunk_targets(util: np.ndarray, prior: np.ndarray, alpha: float, tau: float
 def train_stage1(
     train: RewardMatrix, cfg: TrainConfig, on_log: Log | None = None, executor: Executor | None = None
 ) -> Trained:
-    """Fit the head (and SVF scales) to the soft targets with AdamW and dev early stopping, then calibrate."""
+    """Choose α and the decision on held-out rows, fit the final head (and SVF scales), calibrate it."""
     log = on_log or (lambda _m: None)
     if train.texts is None:
         raise UsageError(f"{train.name} has no prompt text: a text router cannot learn from it.")
     torch.manual_seed(cfg.seed)
     backbone = load_backbone(cfg.backbone, threads=cfg.threads)
-    fit, dev = dev_split(train, cfg.dev_fraction, cfg.seed)
     t0 = time.perf_counter()
     feats = encode_prompts(
         backbone,
@@ -127,94 +135,153 @@ def train_stage1(
     )
     log(f"features: {train.n} prompts in {time.perf_counter() - t0:.1f}s")
     scales = task_scales(train)
-    pos = {p: i for i, p in enumerate(train.prompt_ids)}
-
-    def part(m: RewardMatrix) -> Part:
-        return Part(torch.from_numpy(feats[[pos[p] for p in m.prompt_ids]]), utility(m, cfg.lam, scales))
-
-    p_fit, p_dev = part(fit), part(dev)
-    workers = describe_workers(fit, tasks=cfg.describe_tasks)  # fit only: dev must not leak into features
+    rows = Rows(torch.from_numpy(feats), utility(train, cfg.lam, scales), train.costs())
+    chosen, cal, metrics = select(backbone, train, rows, cfg, log)
+    fit_idx, dev_idx = dev_indices(train.n, cfg)
+    fit, dev = rows.part(fit_idx), rows.part(dev_idx)
+    workers = describe_workers(train.subset(fit_idx), tasks=cfg.describe_tasks)  # fit only: no dev leak
     desc = description_embeddings(backbone, workers, cfg.max_tokens)
-    head, metrics, prior = select_head(backbone, desc, p_fit, p_dev, cfg, log)
+    head = new_head(backbone, desc.shape[0], cfg)
+    targets = tuple(shrunk_targets(p.util, cal_prior(fit), chosen, cfg.tau) for p in (fit, dev))
+    fit_head(head, desc, fit, dev, targets, cfg)
     svf = None
     if cfg.svf_targets:
         t2 = time.perf_counter()
-        alpha = float(metrics["alpha"])
-        targets = tuple(shrunk_targets(p.util, prior, alpha, cfg.tau) for p in (p_fit, p_dev))
-        masks = (p_fit.mask, p_dev.mask)
-        svf, dev_kl_svf = fit_svf(backbone, head, workers, (fit, dev), targets, masks, cfg, log)
+        masks = (fit.mask, dev.mask)
+        parts = (train.subset(fit_idx), train.subset(dev_idx))
+        svf, dev_kl_svf = fit_svf(backbone, head, workers, parts, targets, masks, cfg, log)
         metrics.update(dev_kl_svf=dev_kl_svf, svf_kept=svf is not None, svf_seconds=time.perf_counter() - t2)
-        if svf is not None:  # the head saw new features: recalibrate on them
-            assert train.texts is not None
+        if svf is not None:  # the head reads new features now
             digest = svf_digest(svf.state_dict())
             new = encode_prompts(
                 backbone, train.texts, max_tokens=cfg.max_tokens, cache_dir=cfg.cache_dir, variant=digest
             )
+            rows = Rows(torch.from_numpy(new), rows.util, rows.cost)
+            fit, dev = rows.part(fit_idx), rows.part(dev_idx)
             desc = description_embeddings(backbone, workers, cfg.max_tokens)
-            p_fit = Part(torch.from_numpy(new[[pos[p] for p in fit.prompt_ids]]), p_fit.util)
-            p_dev = Part(torch.from_numpy(new[[pos[p] for p in dev.prompt_ids]]), p_dev.util)
-    costs = mean_costs(train)
-    decision, options = decide(head, desc, p_fit, p_dev, cfg, costs)
-    metrics.update(decision_options=options, shrink=decision.shrink, stage1_seconds=time.perf_counter() - t0)
-    log(f"decision: shrink {decision.shrink:g}, dev utility by option {_fmt(options)}")
-    return Trained(backbone, head, svf, workers, decision, scales, p_fit, p_dev, desc, costs, metrics)
+    decision = make_decision(head, desc, rows, cal, cfg, mean_costs(train))
+    metrics["stage1_seconds"] = time.perf_counter() - t0
+    return Trained(backbone, head, svf, workers, decision, scales, fit, dev, desc, metrics)
 
 
-def select_head(
-    backbone: Backbone, desc: torch.Tensor, fit: Part, dev: Part, cfg: TrainConfig, log: Log
-) -> tuple[SelectionHead, dict[str, Any], np.ndarray]:
-    """Phase A for every α; the head whose calibrated decisions score best on dev wins (ties: smaller α)."""
-    prior = np.nanmean(fit.util, axis=0)
-    prior = np.where(np.isnan(prior), 0.0, prior)
+@dataclass(frozen=True)
+class Rows:
+    """All training rows: features [N, H], utility at λ [N, W], USD cost [N, W]."""
+
+    x: torch.Tensor
+    util: np.ndarray
+    cost: np.ndarray
+
+    def part(self, idx: np.ndarray) -> Part:
+        return Part(self.x[torch.from_numpy(idx)], self.util[idx])
+
+
+def cal_prior(part: Part) -> np.ndarray:
+    """[W] the workers' mean utility (0 where never measured): the shrinkage target of α."""
+    return col_mean(part.util)
+
+
+def dev_indices(n: int, cfg: TrainConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The fit / dev split of the training rows (as `splits.dev_split`, by index)."""
+    order = np.random.default_rng(cfg.seed + 7919).permutation(n)
+    n_dev = max(1, round(n * cfg.dev_fraction)) if n > 1 else 0
+    return np.sort(order[n_dev:]), np.sort(order[:n_dev])
+
+
+def selection_folds(n: int, cfg: TrainConfig) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(fit, held-out) row indices: k inner folds for small data, else the dev part alone."""
+    if cfg.select_folds <= 1 or n > cfg.cv_max_rows or n < 2 * cfg.select_folds:
+        return [dev_indices(n, cfg)]
+    order = np.random.default_rng(cfg.seed + 104729).permutation(n)
+    folds = np.array_split(order, cfg.select_folds)
+    return [
+        (np.sort(np.concatenate(folds[:f] + folds[f + 1 :])), np.sort(folds[f])) for f in range(len(folds))
+    ]
+
+
+def select(
+    backbone: Backbone, train: RewardMatrix, rows: Rows, cfg: TrainConfig, log: Log
+) -> tuple[float, Calibrated, dict[str, Any]]:
+    """For every α: out-of-fold τ·log q of heads that never saw those rows, calibrated over the λ sweep; the
+    α with the best held-out utility wins (ties: the smaller)."""
     t1 = time.perf_counter()
-    best: tuple[float, float, SelectionHead, float, int] | None = None
+    mean_cost = mean_costs(train)
+    grid = lambda_grid(mean_cost, extra=(cfg.lam,))
+    prior = col_mean(rows.util)
+    folds = selection_folds(train.n, cfg)
+    held = np.sort(np.concatenate([h for _, h in folds]))
+    best: tuple[float, Calibrated] | None = None
     for alpha in cfg.alphas or (0.0,):
-        torch.manual_seed(cfg.seed)
-        head = SelectionHead(
-            HeadConfig(backbone.hidden_size, backbone.hidden_size, rank=cfg.rank, n_known=desc.shape[0])
+        est = np.full_like(rows.util, np.nan)
+        for fit_idx, held_idx in folds:
+            workers = describe_workers(train.subset(fit_idx), tasks=cfg.describe_tasks)
+            desc = description_embeddings(backbone, workers, cfg.max_tokens)
+            fit, out = rows.part(fit_idx), rows.part(held_idx)
+            head = new_head(backbone, desc.shape[0], cfg)
+            targets = tuple(shrunk_targets(p.util, cal_prior(fit), alpha, cfg.tau) for p in (fit, out))
+            fit_head(head, desc, fit, out, targets, cfg)
+            est[held_idx] = cfg.tau * log_probs(head, desc, out)
+        cal = calibrate(
+            est[held],
+            rows.util[held],
+            rows.cost[held],
+            prior=prior,
+            mean_cost=mean_cost,
+            lam0=cfg.lam,
+            grid=grid,
+            shrinks=cfg.shrinks,
+            z=cfg.confidence_z,
         )
-        targets = tuple(shrunk_targets(p.util, prior, alpha, cfg.tau) for p in (fit, dev))
-        dev_kl, epochs = fit_head(head, desc, fit, dev, targets, cfg)
-        decision, _ = decide(head, desc, fit, dev, cfg, np.zeros(desc.shape[0]))
-        dev_u = _dev_utility(head, desc, dev, decision)
-        log(f"phase A (head), α={alpha}: dev KL {dev_kl:.4f}, dev utility {dev_u:.4f}, {epochs} epochs")
-        if best is None or dev_u > best[0] + 1e-12:
-            best = (dev_u, alpha, head, dev_kl, epochs)
+        shrinks = ", ".join(f"{lam:.3g}: {s:g}" for lam, s in cal.shrinks)
+        log(
+            f"α={alpha}: held-out utility {cal.score:.4f} over {len(grid)} λ ({len(folds)} folds); "
+            f"shrinks {shrinks}"
+        )
+        if best is None or cal.score > best[1].score + 1e-12:
+            best = (alpha, cal)
     assert best is not None
-    dev_u, alpha, head, dev_kl, epochs = best
+    alpha, cal = best
     metrics: dict[str, Any] = {
         "alpha": alpha,
-        "dev_utility_head": dev_u,
-        "dev_kl_head": dev_kl,
-        "head_epochs": epochs,
-        "head_seconds": time.perf_counter() - t1,
+        "selection_folds": len(folds),
+        "held_out_utility": cal.score,
+        "decision_options": cal.options,
+        "raw_head": cal.raw,
+        "shrinks": [list(x) for x in cal.shrinks],
+        "selection_seconds": time.perf_counter() - t1,
     }
-    return head, metrics, prior
+    return alpha, cal, metrics
+
+
+def make_decision(
+    head: SelectionHead,
+    desc: torch.Tensor,
+    rows: Rows,
+    cal: Calibrated,
+    cfg: TrainConfig,
+    mean_cost: np.ndarray,
+) -> Decision:
+    """The checkpoint's decision rule: the calibrated prior and shrinks around the final head's own mean."""
+    costs = tuple(float(c) for c in mean_cost)
+    if cal.raw:
+        return Decision(lam=cfg.lam, tau=cfg.tau, mean_cost=costs)
+    est = cfg.tau * log_probs(head, desc, Part(rows.x, rows.util))
+    centre = col_mean(np.where(np.isnan(rows.util), np.nan, centred(est, rows.util)))
+    return Decision(cfg.lam, cfg.tau, cal.prior, tuple(float(c) for c in centre), cal.shrinks, costs)
+
+
+def new_head(backbone: Backbone, n_known: int, cfg: TrainConfig) -> SelectionHead:
+    torch.manual_seed(cfg.seed)
+    return SelectionHead(
+        HeadConfig(backbone.hidden_size, backbone.hidden_size, rank=cfg.rank, n_known=n_known)
+    )
 
 
 def log_probs(head: SelectionHead, desc: torch.Tensor, part: Part) -> np.ndarray:
-    """[N, W] the head's log q over the measured workers of each row."""
+    """[N, W] the head's log q over the measured workers of each row (-inf elsewhere)."""
     with torch.no_grad():
         logits = head(part.x, desc).masked_fill(~part.mask, -math.inf)
         return np.asarray(torch.log_softmax(logits, dim=-1).double().numpy())
-
-
-def decide(
-    head: SelectionHead, desc: torch.Tensor, fit: Part, dev: Part, cfg: TrainConfig, mean_cost: np.ndarray
-) -> tuple[Decision, dict[str, float]]:
-    """Calibrate the decision (bias and shrink) of a fitted head on fit, choosing by dev utility."""
-    est_fit = cfg.tau * log_probs(head, desc, fit)
-    est_dev = cfg.tau * log_probs(head, desc, dev)
-    cal = calibrate(est_fit, fit.util, est_dev, dev.util, cfg.shrinks)
-    decision = Decision(cfg.lam, cfg.tau, cal.shrink, cal.bias, tuple(float(c) for c in mean_cost))
-    return decision, cal.options
-
-
-def _dev_utility(head: SelectionHead, desc: torch.Tensor, dev: Part, decision: Decision) -> float:
-    from fugu_cli.router.calibrate import mean_utility
-
-    known = np.arange(desc.shape[0])
-    return mean_utility(dev.util, decision.base(log_probs(head, desc, dev), known))
 
 
 def fit_head(
@@ -249,11 +316,8 @@ def fit_head(
             if stale >= cfg.patience:
                 break
     head.load_state_dict(best_state)
+    head.eval()
     return best, ran
-
-
-def _fmt(options: dict[str, float]) -> str:
-    return ", ".join(f"{k} {v:.4f}" for k, v in options.items())
 
 
 def _progress(log: Log) -> Callable[[int, int], None]:

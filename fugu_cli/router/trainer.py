@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fugu_cli.router.calibrate import centred, col_mean
 from fugu_cli.router.data import RewardMatrix
 from fugu_cli.router.embed_cache import blocks_needed, capture_block_inputs, encode_prompts
 from fugu_cli.router.es import (
@@ -28,7 +29,7 @@ from fugu_cli.router.executor import Executor
 from fugu_cli.router.features import description_embeddings, description_text
 from fugu_cli.router.splits import dev_split
 from fugu_cli.router.svf_train import svf_digest
-from fugu_cli.router.train import Log, Part, TrainConfig, Trained, decide
+from fugu_cli.router.train import Log, Part, TrainConfig, Trained, log_probs
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def run_stage2(
 def _recalibrated(
     trained: Trained, train: RewardMatrix, cfg: TrainConfig, fit: RewardMatrix, dev: RewardMatrix
 ) -> Trained:
-    """The head moved: refit the decision's bias and shrink (and, with SVF, the features it reads)."""
+    """The head moved: re-centre the decision on its new mean (and, with SVF, on the features it reads)."""
     desc, p_fit, p_dev = trained.desc, trained.fit, trained.dev
     if trained.svf is not None:
         assert train.texts is not None
@@ -89,9 +90,13 @@ def _recalibrated(
         p_fit = Part(torch.from_numpy(feats[[pos[p] for p in fit.prompt_ids]]), p_fit.util)
         p_dev = Part(torch.from_numpy(feats[[pos[p] for p in dev.prompt_ids]]), p_dev.util)
         desc = description_embeddings(trained.backbone, trained.workers, cfg.max_tokens)
-    decision, options = decide(trained.head, desc, p_fit, p_dev, cfg, trained.mean_cost)
-    trained.metrics.update(decision_options_after_es=options, shrink=decision.shrink)
-    return replace(trained, decision=decision, fit=p_fit, dev=p_dev, desc=desc)
+    d = trained.decision
+    if d.prior:
+        both = Part(torch.cat([p_fit.x, p_dev.x]), np.vstack([p_fit.util, p_dev.util]))
+        est = d.tau * log_probs(trained.head, desc, both)
+        centre = col_mean(np.where(np.isnan(both.util), np.nan, centred(est, both.util)))
+        d = replace(d, centre=tuple(float(c) for c in centre))
+    return replace(trained, decision=d, fit=p_fit, dev=p_dev, desc=desc)
 
 
 def _fitness(
@@ -102,8 +107,9 @@ def _fitness(
         "head_config": trained.head.config.to_json(),
         "util": data.util,
         "tau": d.tau,
-        "shrink": d.shrink,
-        "bias": np.asarray(d.bias) if d.bias else None,
+        "shrink": d.shrink(),
+        "prior": np.asarray(d.prior) if d.prior else None,
+        "centre": np.asarray(d.centre) if d.centre else None,
         "per_generation": per_gen,
         "seed": cfg.seed,
     }
