@@ -68,11 +68,13 @@ class TrainOptions:
     models: dict[str, str] | None = None  # worker name (after `names`) -> litellm model id
     store: bool = False
     prices: Path | None = None
+    prices_by_source: dict[str, Path] | None = None  # str(data path) -> its price list, when they differ
     processes: int = 1  # embedding and ES fitness: 1 here, more in spawned processes
 
     def sources(self) -> list[Source]:
         paths = [self.data] if isinstance(self.data, Path) else list(self.data)
-        return [Source(Path(p), self.split, self.store, self.prices) for p in paths]
+        each = self.prices_by_source or {}
+        return [Source(Path(p), self.split, self.store, each.get(str(p), self.prices)) for p in paths]
 
 
 @dataclass(frozen=True)
@@ -228,9 +230,9 @@ def held_out(
 ) -> tuple[RewardMatrix, str, dict[str, Any]]:
     """The rows to judge on: all of `opts.data`, or its held-out part when `--split` says so or the
     checkpoint trained on a split of this very data set; rows it trained on are refused (or skipped)."""
-    src = Source(opts.data, store=opts.store, prices=opts.prices)
-    full = src.load(names)
     own = next((r for r in _sources(meta) if Path(r["path"]) == opts.data.resolve()), None)
+    prices = opts.prices or (Path(own["prices"]) if own and own.get("prices") else None)
+    full = Source(opts.data, store=opts.store, prices=prices).load(names)
     split_text = opts.split or (str(own["split"]) if own and own["split"] != "all" else "")
     test = split_matrix(full, SplitSpec.parse(split_text)).test if split_text else full
     info: dict[str, Any] = {"train_rows_checked": False, "train_rows_skipped": 0}

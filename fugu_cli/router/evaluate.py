@@ -150,8 +150,8 @@ def group_report(
     at: int,
 ) -> dict[str, Any]:
     """One task's figures: reward at the router's λ (`grid[at]`) per method, oracle, and APGR / CPT per
-    method: by share of strong calls (RouteLLM; order by the λ = 0 preference) when there are two workers,
-    else along the cost axis when there is a cost."""
+    method: by share of strong calls (RouteLLM) when there are two workers, else along the cost axis when
+    there is a cost."""
     out: dict[str, Any] = {"n": len(idx), "apgr": {}, "cpt50": {}, "cpt80": {}}
     r, c = reward[idx], cost[idx]
     out["oracle"] = float(r.max(axis=1).mean())
@@ -162,8 +162,7 @@ def group_report(
     for name, p in picks.items():
         out[name] = float(r[np.arange(len(idx)), p[at, idx]].mean())
         if two:
-            u = methods[name].rows(idx).at(0.0)
-            diff = u[:, strong] - u[:, 1 - strong]
+            diff = _preference(methods[name].rows(idx), strong)
             out["apgr"][name] = fr.apgr_calls(diff, r[:, strong], r[:, 1 - strong])
             out["cpt50"][name] = fr.cpt_calls(diff, r[:, strong], r[:, 1 - strong], 0.5)
             out["cpt80"][name] = fr.cpt_calls(diff, r[:, strong], r[:, 1 - strong], 0.8)
@@ -174,6 +173,14 @@ def group_report(
             out["cpt80"][name] = fr.cpt(hull, gap, 0.8)
     out["apgr"]["random"] = 0.5 if (two or gap is not None) else None
     return out
+
+
+def _preference(scores: Scores, strong: int) -> np.ndarray:
+    """[N] how much more a method believes in the strong worker than the weak one, prompt by prompt: a
+    learned router's full per-prompt evidence (its decision may shrink it to nothing at λ = 0), else its
+    scores at λ = 0."""
+    u = scores.at(0.0) if scores.head is None else scores.head
+    return np.asarray(u[:, strong] - u[:, 1 - strong])
 
 
 def concat_scores(parts: Sequence[Scores]) -> Scores:
@@ -199,7 +206,9 @@ class _Pooled(Scores):
         lam0: float,
         idx: np.ndarray | None = None,
     ) -> None:
-        super().__init__(base, cost, lam0, parts[0].tie)
+        heads = [p.head if p.head is not None else np.zeros_like(p.base) for p in parts]
+        head = np.vstack(heads) if idx is None else np.vstack(heads)[idx]
+        super().__init__(base, cost, lam0, parts[0].tie, head)
         object.__setattr__(self, "parts", tuple(parts))
         object.__setattr__(self, "idx", idx)
 

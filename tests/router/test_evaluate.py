@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fugu_cli.router.baselines import knn_scores, logreg_scores, single_scores
-from fugu_cli.router.calibrate import calibrate
+from fugu_cli.router.calibrate import Calibrated, calibrate, shrink_at
 from fugu_cli.router.data import RewardMatrix
 from fugu_cli.router.evaluate import concat_scores, judge
 from fugu_cli.router.objective import (
@@ -112,24 +112,41 @@ def test_logreg_learns_which_worker_wins_where() -> None:
     assert s.base.min() >= 0.0 and s.base.max() <= 1.0
 
 
-def test_calibration_falls_back_to_the_best_single_when_the_head_is_noise() -> None:
+def _calibrate(est: np.ndarray, util: np.ndarray, cost: np.ndarray, grid: list[float]) -> Calibrated:
+    return calibrate(
+        est,
+        util,
+        cost,
+        prior=util.mean(0),
+        mean_cost=cost.mean(0),
+        lam0=0.0,
+        grid=grid,
+        shrinks=(0.0, 0.5, 1.0),
+    )
+
+
+def test_calibration_falls_back_to_the_best_mix_when_the_head_is_noise() -> None:
     rng = np.random.default_rng(1)
     util = np.column_stack([rng.random(400) < 0.7, rng.random(400) < 0.4]).astype(float)  # a wins 0.7 : 0.4
     noise = rng.normal(size=(400, 2))  # a head that knows nothing, and prefers b on average
     noise[:, 1] += 0.5
-    cal = calibrate(noise[:200], util[:200], noise[200:], util[200:])
-    assert cal.shrink == 0.0 and cal.bias[0] > cal.bias[1]
-    assert cal.dev_utility == pytest.approx(util[200:, 0].mean())
-    assert cal.options["raw"] < cal.dev_utility
+    cal = _calibrate(noise, util, np.zeros_like(util), [0.0])
+    assert cal.shrinks == ((0.0, 0.0),) and not cal.raw  # no held-out evidence: the best single
+    assert cal.score == pytest.approx(util[:, 0].mean())
+    assert cal.options["raw"] < cal.score
 
 
-def test_calibration_keeps_a_head_that_knows() -> None:
+def test_calibration_trusts_the_head_only_where_it_earned_it() -> None:
     rng = np.random.default_rng(2)
     topic = rng.integers(0, 2, 400)
-    util = np.column_stack([topic == 0, topic == 1]).astype(float)
-    est = util + rng.normal(scale=0.2, size=util.shape)
-    cal = calibrate(est[:200], util[:200], est[200:], util[200:])
-    assert cal.shrink > 0 and cal.dev_utility > 0.9
+    util = np.column_stack([topic == 0, np.ones(400)]).astype(float)  # b always right, a only on topic 0
+    cost = np.tile([0.01, 1.0], (400, 1))  # ... but b costs 100 times more
+    est = np.column_stack([topic == 0, np.full(400, 0.5)]) + rng.normal(scale=0.1, size=(400, 2))
+    cal = _calibrate(est, util, cost, [0.0, 0.3, 100.0])
+    # λ = 0: b everywhere is best, the head adds nothing; λ = 0.3: a where it is right, b elsewhere, which
+    # only the head knows; λ = 100: a everywhere, whatever the head says
+    assert shrink_at(cal.shrinks, 0.0) == 0.0 and shrink_at(cal.shrinks, 0.3) > 0.0
+    assert shrink_at(cal.shrinks, 100.0) == 0.0
 
 
 def test_judge_reports_headline_frontier_groups_and_choices(tmp_path: Path) -> None:
