@@ -259,7 +259,12 @@ def router_train(
             help="given[:LABEL] | kfold:K:SEED:FOLD | tasks:A,B | all (default: given, or kfold:5:0:0).",
         ),
     ] = None,
-    tau: Annotated[float, typer.Option("--tau", min=0.001, help="Temperature of the soft targets.")] = 0.1,
+    tau: Annotated[
+        float | None,
+        typer.Option(
+            "--tau", min=0.001, help="Temperature of the soft targets (default: chosen from 0.05, 0.1, 0.2)."
+        ),
+    ] = None,
     svf: Annotated[str, typer.Option("--svf", help="SVF targets, e.g. last:1; empty: head only.")] = "last:1",
     generations: Annotated[int, typer.Option("--generations", min=1, help="sep-CMA-ES generations.")] = 30,
     lam: Annotated[

@@ -40,7 +40,7 @@ def main() -> None:
     ap.add_argument("--svf", default="", help="SVF targets, comma-separated; '' (default) for head only")
     ap.add_argument("--generations", type=int, default=20)
     ap.add_argument("--es-batch", type=int, default=256, help="prompts per fitness call; 0 = all")
-    ap.add_argument("--tau", type=float, default=0.1)
+    ap.add_argument("--tau", type=float, default=None, help="one temperature instead of the grid")
     ap.add_argument("--lam", type=float, default=0.0, help="λ, reward per USD")
     ap.add_argument("--shrinks", default=None, help="decision shrink grid, e.g. 0,0.5,1")
     ap.add_argument("--alphas", default=None, help="target shrinkage grid, e.g. 0,0.5")
@@ -60,11 +60,12 @@ def main() -> None:
             extra["shrinks"] = tuple(float(x) for x in args.shrinks.split(","))
         if args.alphas:
             extra["alphas"] = tuple(float(x) for x in args.alphas.split(","))
+        if args.tau is not None:
+            extra["taus"] = (args.tau,)
         if args.z is not None:
             extra["confidence_z"] = args.z
         cfg = TrainConfig(
             lam=args.lam,
-            tau=args.tau,
             svf_targets=tuple(t for t in args.svf.split(",") if t),
             threads=args.threads,
             cache_dir=args.cache,

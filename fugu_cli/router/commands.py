@@ -134,7 +134,7 @@ def train_command(
         backbone=cfg.backbone,
         workers=trained.workers,
         head={},
-        tau=cfg.tau,
+        tau=trained.decision.tau,
         max_tokens=cfg.max_tokens,
         training=training,
         metrics=trained.metrics,

@@ -11,6 +11,7 @@ Imports torch: import lazily. Never prints: progress goes to `on_log`.
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -49,9 +50,10 @@ Log = Callable[[str], None]
 class TrainConfig:
     backbone: str = "minilm"
     lam: float = 0.0  # λ, reward per USD: the objective the targets, selection and stage 2 use
-    tau: float = 0.1  # softmax temperature of the targets, in normalised-utility units
-    # One outcome per (prompt, worker) is a noisy sample: targets use (1-α)·u + α·(the worker's mean u), with
-    # α picked from this grid by held-out utility (the first α wins ties).
+    # Softmax temperatures of the targets (normalised-utility units) and, since one outcome per (prompt,
+    # worker) is a noisy sample, shrinkage α of the targets toward the worker's mean: ũ = (1-α)·u + α·mean u.
+    # The (α, τ) pair is picked from these grids by held-out utility (the first pair wins ties).
+    taus: tuple[float, ...] = (0.05, 0.1, 0.2)
     alphas: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75)
     shrinks: tuple[float, ...] = DEFAULT_SHRINKS  # decision shrink toward the best single (calibrate.py)
     confidence_z: float = CONFIDENCE_Z  # standard errors a shrink's held-out gain must clear
@@ -136,13 +138,13 @@ def train_stage1(
     log(f"features: {train.n} prompts in {time.perf_counter() - t0:.1f}s")
     scales = task_scales(train)
     rows = Rows(torch.from_numpy(feats), utility(train, cfg.lam, scales), train.costs())
-    chosen, cal, metrics = select(backbone, train, rows, cfg, log)
+    (chosen, tau), cal, metrics = select(backbone, train, rows, cfg, log)
     fit_idx, dev_idx = dev_indices(train.n, cfg)
     fit, dev = rows.part(fit_idx), rows.part(dev_idx)
     workers = describe_workers(train.subset(fit_idx), tasks=cfg.describe_tasks)  # fit only: no dev leak
     desc = description_embeddings(backbone, workers, cfg.max_tokens)
     head = new_head(backbone, desc.shape[0], cfg)
-    targets = tuple(shrunk_targets(p.util, cal_prior(fit), chosen, cfg.tau) for p in (fit, dev))
+    targets = tuple(shrunk_targets(p.util, cal_prior(fit), chosen, tau) for p in (fit, dev))
     fit_head(head, desc, fit, dev, targets, cfg)
     svf = None
     if cfg.svf_targets:
@@ -159,7 +161,7 @@ def train_stage1(
             rows = Rows(torch.from_numpy(new), rows.util, rows.cost)
             fit, dev = rows.part(fit_idx), rows.part(dev_idx)
             desc = description_embeddings(backbone, workers, cfg.max_tokens)
-    decision = make_decision(head, desc, rows, cal, cfg, mean_costs(train))
+    decision = make_decision(head, desc, rows, cal, (cfg.lam, tau), mean_costs(train))
     metrics["stage1_seconds"] = time.perf_counter() - t0
     return Trained(backbone, head, svf, workers, decision, scales, fit, dev, desc, metrics)
 
@@ -201,26 +203,26 @@ def selection_folds(n: int, cfg: TrainConfig) -> list[tuple[np.ndarray, np.ndarr
 
 def select(
     backbone: Backbone, train: RewardMatrix, rows: Rows, cfg: TrainConfig, log: Log
-) -> tuple[float, Calibrated, dict[str, Any]]:
-    """For every α: out-of-fold τ·log q of heads that never saw those rows, calibrated over the λ sweep; the
-    α with the best held-out utility wins (ties: the smaller)."""
+) -> tuple[tuple[float, float], Calibrated, dict[str, Any]]:
+    """For every (α, τ): out-of-fold τ·log q of heads that never saw those rows, calibrated over the λ sweep;
+    the pair with the best held-out utility wins (ties: the earlier in the grids)."""
     t1 = time.perf_counter()
     mean_cost = mean_costs(train)
     grid = lambda_grid(mean_cost, extra=(cfg.lam,))
     prior = col_mean(rows.util)
     folds = selection_folds(train.n, cfg)
     held = np.sort(np.concatenate([h for _, h in folds]))
-    best: tuple[float, Calibrated] | None = None
-    for alpha in cfg.alphas or (0.0,):
+    best: tuple[tuple[float, float], Calibrated] | None = None
+    for alpha, tau in itertools.product(cfg.alphas or (0.0,), cfg.taus or (0.1,)):
         est = np.full_like(rows.util, np.nan)
         for fit_idx, held_idx in folds:
             workers = describe_workers(train.subset(fit_idx), tasks=cfg.describe_tasks)
             desc = description_embeddings(backbone, workers, cfg.max_tokens)
             fit, out = rows.part(fit_idx), rows.part(held_idx)
             head = new_head(backbone, desc.shape[0], cfg)
-            targets = tuple(shrunk_targets(p.util, cal_prior(fit), alpha, cfg.tau) for p in (fit, out))
+            targets = tuple(shrunk_targets(p.util, cal_prior(fit), alpha, tau) for p in (fit, out))
             fit_head(head, desc, fit, out, targets, cfg)
-            est[held_idx] = cfg.tau * log_probs(head, desc, out)
+            est[held_idx] = tau * log_probs(head, desc, out)
         cal = calibrate(
             est[held],
             rows.util[held],
@@ -234,15 +236,16 @@ def select(
         )
         shrinks = ", ".join(f"{lam:.3g}: {s:g}" for lam, s in cal.shrinks)
         log(
-            f"α={alpha}: held-out utility {cal.score:.4f} over {len(grid)} λ ({len(folds)} folds); "
+            f"α={alpha}, τ={tau}: held-out utility {cal.score:.4f} over {len(grid)} λ ({len(folds)} folds); "
             f"shrinks {shrinks}"
         )
         if best is None or cal.score > best[1].score + 1e-12:
-            best = (alpha, cal)
+            best = ((alpha, tau), cal)
     assert best is not None
-    alpha, cal = best
+    (alpha, tau), cal = best
     metrics: dict[str, Any] = {
         "alpha": alpha,
+        "tau": tau,
         "selection_folds": len(folds),
         "held_out_utility": cal.score,
         "decision_options": cal.options,
@@ -250,7 +253,7 @@ def select(
         "shrinks": [list(x) for x in cal.shrinks],
         "selection_seconds": time.perf_counter() - t1,
     }
-    return alpha, cal, metrics
+    return (alpha, tau), cal, metrics
 
 
 def make_decision(
@@ -258,16 +261,17 @@ def make_decision(
     desc: torch.Tensor,
     rows: Rows,
     cal: Calibrated,
-    cfg: TrainConfig,
+    lam_tau: tuple[float, float],
     mean_cost: np.ndarray,
 ) -> Decision:
     """The checkpoint's decision rule: the calibrated prior and shrinks around the final head's own mean."""
+    lam, tau = lam_tau
     costs = tuple(float(c) for c in mean_cost)
     if cal.raw:
-        return Decision(lam=cfg.lam, tau=cfg.tau, mean_cost=costs)
-    est = cfg.tau * log_probs(head, desc, Part(rows.x, rows.util))
+        return Decision(lam=lam, tau=tau, mean_cost=costs)
+    est = tau * log_probs(head, desc, Part(rows.x, rows.util))
     centre = col_mean(np.where(np.isnan(rows.util), np.nan, centred(est, rows.util)))
-    return Decision(cfg.lam, cfg.tau, cal.prior, tuple(float(c) for c in centre), cal.shrinks, costs)
+    return Decision(lam, tau, cal.prior, tuple(float(c) for c in centre), cal.shrinks, costs)
 
 
 def new_head(backbone: Backbone, n_known: int, cfg: TrainConfig) -> SelectionHead:

@@ -120,7 +120,7 @@ class TrainRequest:
     out: Path
     stage: str
     split: str | None
-    tau: float
+    tau: float | None
     svf: str
     generations: int
     lam: float
@@ -142,7 +142,7 @@ def router_train(req: TrainRequest) -> int:
         return 2
     config = TrainConfig(
         lam=req.lam,
-        tau=req.tau,
+        **({"taus": (req.tau,)} if req.tau is not None else {}),  # type: ignore[arg-type]
         svf_targets=tuple(t for t in req.svf.split(",") if t),
         seed=req.seed,
         threads=req.threads,

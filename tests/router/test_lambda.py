@@ -63,6 +63,7 @@ def config(cache: Path, lam: float) -> TrainConfig:
     return TrainConfig(
         lam=lam,
         alphas=(0.0,),
+        taus=(0.1,),
         epochs=150,
         patience=30,
         batch_size=16,

@@ -87,6 +87,7 @@ def small(cache: Path, **kw: object) -> TrainConfig:
         "svf_epochs": 1,
         "cache_dir": cache,
         "dev_fraction": 0.15,
+        "taus": (0.1,),
     }
     return TrainConfig(**{**base, **kw})  # type: ignore[arg-type]
 
