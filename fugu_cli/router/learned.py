@@ -113,8 +113,8 @@ class LearnedRouter:
         d = self.meta.decision
         known = np.array([self._index(w) for w in pool])
         logp = torch.log_softmax(logits.double(), dim=0).numpy()[None, :]
-        util = d.base(logp, known)[0]
         lam = self.cost_weight
+        util = d.base(logp, known, lam)[0]  # the shrink of the session's λ, as eval's sweep uses it
         if lam == 0 and d.lam == 0:
             return np.asarray(util)
         fresh = np.array(expected_costs(state, pool, cached=False))
