@@ -96,10 +96,11 @@ def versus(method: Sequence[Point], reference: Sequence[Point]) -> Versus:
             unreachable.append(b)
         else:
             gaps.append(m - value_at(reference, b))
+    # a point below the cheapest model's reward saves nothing "at equal reward": no single model is that bad
     savings = [
         1.0 - c / ref_c
         for c, r in method
-        if 0 < (ref_c := cost_for(reference, r)) < float("inf") and c >= lo - TOL
+        if r >= reference[0][1] - TOL and 0 < (ref_c := cost_for(reference, r)) < float("inf")
     ]
     return Versus(
         min_gap=float(min(gaps)) if gaps else float("nan"),

@@ -40,6 +40,8 @@ def test_versus_finds_the_worst_and_best_budget_and_the_cost_saving() -> None:
     worse = fr.upper_hull([(1.0, 0.4), (5.0, 0.75)])
     w = fr.versus(worse, ref)
     assert not w.on_or_above and w.min_gap == pytest.approx(-0.05)
+    cheap = fr.versus(fr.upper_hull([(0.5, 0.3), (1.0, 0.4), (5.0, 0.8)]), ref)
+    assert cheap.max_saving == 0.0  # cheaper but worse than any single model saves nothing at equal reward
     late = fr.versus(fr.upper_hull([(2.0, 0.7), (5.0, 0.8)]), ref)
     assert late.unreachable == [1.0] and not late.on_or_above  # cannot spend as little as the cheapest model
 

@@ -196,14 +196,25 @@ def test_descriptions_name_the_tasks_a_worker_is_strong_on(tmp_path: Path) -> No
 
 def test_the_shipped_default_checkpoint_knows_the_built_in_pool() -> None:
     from fugu_cli.pool import KNOWN_PROVIDERS
-    from fugu_cli.router.checkpoint import read_meta
+    from fugu_cli.router.checkpoint import load_train_rows, read_meta
     from fugu_cli.router.learned import LearnedRouter
     from fugu_cli.types import Message, RouteState
 
     ckpt = Path(__file__).resolve().parents[2] / "fugu_cli" / "data" / "router_default"
-    assert sum(p.stat().st_size for p in ckpt.iterdir()) < 1_000_000  # head (+ SVF scales) only
+    assert sum(p.stat().st_size for p in ckpt.iterdir()) < 2_000_000  # package data: head and fingerprints
     meta = read_meta(ckpt)
-    assert meta.training["data"] == "swebench_verified_dev"
+    sets = {Path(s["path"]).name for s in meta.training["sources"]}
+    assert sets >= {
+        "swebench_verified_dev",
+        "routerbench_subset",
+        "routerdc_7b_models",
+        "routellm_gpt4_vs_mixtral",
+    }
+    assert all(s["split"] != "all" for s in meta.training["sources"])  # every set keeps a held-out part
+    assert meta.decision.lam == meta.training["lambda"] > 0 and meta.decision.prior
+    assert not any(repo in w.description for w in meta.workers for repo in ("django", "sympy", "sphinx"))
+    rows = load_train_rows(ckpt)
+    assert rows is not None and len(rows[1]) > 10_000
     models = {w.name: w.model for w in meta.workers}
     pool = [w for p in KNOWN_PROVIDERS for w in p.workers if w.name in models]
     assert {w.name for w in pool} >= {"claude-sonnet", "gpt-5", "gpt-5-mini", "gemini-pro"}
