@@ -7,7 +7,8 @@ random mix of two) and adds the head's per-prompt deviation from its own mean (`
 s(λ) ∈ [0, 1]. s is chosen per λ on out-of-fold estimates (prompts the head never fitted): the s whose gain
 over s = 0 has the best lower confidence bound (mean − z·standard error over the held-out prompts), and 0
 unless some bound is above 0, so per-prompt evidence moves a choice only at budgets where it clearly earned
-that on prompts the head never saw.
+that on prompts the head never saw. At each λ a prompt's utility is divided by 1 + λ·(its mean cost), so no
+prompt's dollars drown the others' rewards when data sets with very different costs are trained together.
 The raw head (s = 1, no prior) is measured too, for the record: `allow_raw` lets it win when it beats the
 calibrated decisions on average over the λ sweep (it has no fallback, so by default it may not). Pure numpy.
 """
@@ -28,7 +29,7 @@ class Calibrated:
     prior: tuple[float, ...]  # [W] mean utility at λ0 on the training data
     shrinks: tuple[tuple[float, float], ...]  # (λ, s): s from this λ up to the next
     raw: bool  # the raw head won: no prior, s = 1
-    score: float  # mean held-out utility over the λ grid
+    score: float  # mean held-out utility over the λ grid (each prompt's divided by 1 + λ·its mean cost)
     options: dict[str, float]  # mean held-out utility over the grid of each fixed option, for the record
 
 
@@ -75,16 +76,19 @@ def calibrate(
     dev = dev - col_mean(np.where(np.isnan(util), np.nan, dev))[None, :]
     table: list[tuple[float, float]] = []
     total, options = 0.0, {f"shrink={s:g}": 0.0 for s in shrinks} | {"raw": 0.0}
+    row_cost = col_mean(np.where(np.isnan(util), np.nan, cost).T)  # [N] mean cost of each prompt's workers
     for lam in grid:
         u = util - (lam - lam0) * cost
         base = prior - (lam - lam0) * mean_cost
-        per_row = {s: row_utility(u, base[None, :] + s * dev) for s in (0.0, *shrinks)}
+        weight = 1.0 / (1.0 + lam * row_cost)
+        per_row = {s: weight * row_utility(u, base[None, :] + s * dev) for s in (0.0, *shrinks)}
         s_best = _confident(per_row, z)
         table.append((float(lam), s_best))
         total += float(per_row[s_best].mean())
         for s in shrinks:
             options[f"shrink={s:g}"] += float(per_row[s].mean()) / len(grid)
-        options["raw"] += mean_utility(u, est - (lam - lam0) * mean_cost[None, :]) / len(grid)
+        raw_rows = weight * row_utility(u, est - (lam - lam0) * mean_cost[None, :])
+        options["raw"] += float(raw_rows.mean()) / len(grid)
     score = total / len(grid)
     raw = allow_raw and options["raw"] > score + 1e-12
     return Calibrated(
