@@ -24,10 +24,15 @@ DEFAULT_SHRINKS = (0.0, 0.25, 0.5, 0.75, 1.0)
 CONFIDENCE_Z = 1.0  # how many standard errors a shrink's held-out gain over the best mix must clear
 
 
+Table = tuple[tuple[float, float], ...]  # (λ, s): s from this λ up to the next
+
+
 @dataclass(frozen=True)
 class Calibrated:
     prior: tuple[float, ...]  # [W] mean utility at λ0 on the training data
-    shrinks: tuple[tuple[float, float], ...]  # (λ, s): s from this λ up to the next
+    shrinks: Table  # from every held-out prompt: for workers of no group (unseen ones)
+    group_shrinks: tuple[Table, ...]  # one per group of workers measured together (a data set)
+    worker_group: tuple[int, ...]  # [W] each worker's group (-1: none)
     raw: bool  # the raw head won: no prior, s = 1
     score: float  # mean held-out utility over the λ grid (each prompt's divided by 1 + λ·its mean cost)
     options: dict[str, float]  # mean held-out utility over the grid of each fixed option, for the record
@@ -71,10 +76,13 @@ def calibrate(
     allow_raw: bool = False,
 ) -> Calibrated:
     """`est` [N, W]: the head's held-out τ·log q; `util` [N, W]: utility at `lam0` of the same rows (NaN where
-    not measured); `cost` [N, W]: their USD; `prior`, `mean_cost` [W] from the training data."""
+    not measured); `cost` [N, W]: their USD; `prior`, `mean_cost` [W] from the training data. Each group of
+    workers measured together (one data set, where the text may say much or little) gets its own shrinks."""
     dev = centred(est, util)
     dev = dev - col_mean(np.where(np.isnan(util), np.nan, dev))[None, :]
-    table: list[tuple[float, float]] = []
+    group, worker_group = row_groups(util)
+    members = [np.flatnonzero(group == g) for g in range(int(group.max()) + 1)] if len(group) else []
+    tables: list[list[tuple[float, float]]] = [[] for _ in [None, *members]]  # [all rows, group 0, ...]
     total, options = 0.0, {f"shrink={s:g}": 0.0 for s in shrinks} | {"raw": 0.0}
     row_cost = col_mean(np.where(np.isnan(util), np.nan, cost).T)  # [N] mean cost of each prompt's workers
     for lam in grid:
@@ -82,9 +90,10 @@ def calibrate(
         base = prior - (lam - lam0) * mean_cost
         weight = 1.0 / (1.0 + lam * row_cost)
         per_row = {s: weight * row_utility(u, base[None, :] + s * dev) for s in (0.0, *shrinks)}
-        s_best = _confident(per_row, z)
-        table.append((float(lam), s_best))
-        total += float(per_row[s_best].mean())
+        for i, rows in enumerate([np.arange(len(util)), *members]):
+            s_best = _pick({s: v[rows] for s, v in per_row.items()}, shrinks, z)
+            tables[i].append((float(lam), s_best))
+            total += float(per_row[s_best][rows].sum()) / len(util) if i else 0.0
         for s in shrinks:
             options[f"shrink={s:g}"] += float(per_row[s].mean()) / len(grid)
         raw_rows = weight * row_utility(u, est - (lam - lam0) * mean_cost[None, :])
@@ -93,11 +102,33 @@ def calibrate(
     raw = allow_raw and options["raw"] > score + 1e-12
     return Calibrated(
         prior=tuple(float(p) for p in prior),
-        shrinks=((0.0, 1.0),) if raw else _merged(table),
+        shrinks=((0.0, 1.0),) if raw else _merged(tables[0]),
+        group_shrinks=() if raw else tuple(_merged(t) for t in tables[1:]),
+        worker_group=() if raw else tuple(int(g) for g in worker_group),
         raw=raw,
         score=options["raw"] if raw else score,
         options=options,
     )
+
+
+def row_groups(util: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """([N] group of each row: rows measuring the same workers, [W] each worker's group: the one with the
+    most rows measuring it, -1 if none)."""
+    seen = ~np.isnan(util)
+    if len(util) == 0:
+        return np.zeros(0, dtype=int), np.full(util.shape[1], -1)
+    _, group = np.unique(seen, axis=0, return_inverse=True)
+    group = np.asarray(group).reshape(-1)
+    counts = np.stack([seen[group == g].sum(axis=0) for g in range(int(group.max()) + 1)])  # [G, W]
+    worker_group = np.where(counts.max(axis=0) > 0, counts.argmax(axis=0), -1)
+    return group, worker_group
+
+
+def _pick(per_row: dict[float, np.ndarray], shrinks: Sequence[float], z: float) -> float:
+    # without 0 in the grid there is no fallback to weigh against: the best mean wins
+    if 0.0 not in shrinks:
+        return max(shrinks, key=lambda x: float(per_row[x].mean()))
+    return _confident(per_row, z)
 
 
 def _confident(per_row: dict[float, np.ndarray], z: float) -> float:

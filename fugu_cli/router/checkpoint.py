@@ -44,14 +44,15 @@ class CheckpointWorker:
 class Decision:
     """How the head's scores become a choice, the same in `fugu router eval` and in a session:
 
-        utility_j(λ) = prior_j + s(λ) · (τ · log q_j − centre_j) − (λ − lam) · cost_j
+        utility_j(λ) = prior_j + s_j(λ) · (τ · log q_j − centre_j) − (λ − lam) · cost_j
 
     log q is the head's log-softmax over the candidates, centred per prompt; τ·log q estimates normalised
     reward − lam·USD up to a constant per prompt. `prior` is each known worker's mean utility at `lam` on the
-    training data, `centre` the head's mean centred estimate there, and s(λ) (`shrinks`: (λ, s) steps, from
-    calibrate.py) how far per-prompt evidence may move a choice from the best single worker for the budget.
-    Unseen workers get the mean prior and no centre. `lam` is the λ it was trained at (reward per USD);
-    `mean_cost` each known worker's mean USD per prompt in training. No prior at all: the raw head."""
+    training data, `centre` the head's mean centred estimate there, and s_j(λ) (calibrate.py) how far
+    per-prompt evidence may move a choice from the best single worker for the budget: from the shrinks of
+    the worker's group (`worker_group`, `group_shrinks`: the workers of one data set), else `shrinks`.
+    Unseen workers get the mean prior, no centre and `shrinks`. `lam` is the λ it was trained at (reward per
+    USD); `mean_cost` each known worker's mean USD per prompt in training. No prior at all: the raw head."""
 
     lam: float = 0.0
     tau: float = 1.0
@@ -59,9 +60,21 @@ class Decision:
     centre: tuple[float, ...] = ()
     shrinks: tuple[tuple[float, float], ...] = ((0.0, 1.0),)
     mean_cost: tuple[float, ...] = ()
+    group_shrinks: tuple[tuple[tuple[float, float], ...], ...] = ()
+    worker_group: tuple[int, ...] = ()
 
-    def shrink(self, lam: float | None = None) -> float:
-        return shrink_at(self.shrinks, self.lam if lam is None else lam)
+    def tables(self, known: np.ndarray) -> tuple[tuple[tuple[float, float], ...], ...]:
+        """[W] the shrink table of each column's worker."""
+        out = []
+        for k in known:
+            g = self.worker_group[k] if 0 <= k < len(self.worker_group) else -1
+            out.append(self.group_shrinks[g] if 0 <= g < len(self.group_shrinks) else self.shrinks)
+        return tuple(out)
+
+    def shrink(self, known: np.ndarray, lam: float | None = None) -> np.ndarray:
+        """[W] s_j(λ) (default λ: the checkpoint's own)."""
+        at = self.lam if lam is None else lam
+        return np.array([shrink_at(t, at) for t in self.tables(known)])
 
     def deviation(self, logp: np.ndarray, known: np.ndarray) -> np.ndarray:
         """[N, W] τ·log q centred per prompt, minus the known workers' training mean."""
@@ -72,7 +85,7 @@ class Decision:
         """[N, W] utility at `lam` before the cost shift, with the shrink of λ (default: the checkpoint's).
         `known` [W]: index of each column's worker in the checkpoint, -1 for a worker it never saw."""
         prior = _take(self.prior, known, float(np.mean(self.prior)) if self.prior else 0.0)
-        return np.asarray(prior[None, :] + self.shrink(lam) * self.deviation(logp, known))
+        return np.asarray(prior[None, :] + self.shrink(known, lam)[None, :] * self.deviation(logp, known))
 
     def costs(self, known: np.ndarray, fallback: np.ndarray) -> np.ndarray:
         """[W] USD each column's worker is expected to spend: its training mean if known, else `fallback`."""
@@ -84,6 +97,8 @@ class Decision:
         out = asdict(self)
         out.update(prior=list(self.prior), centre=list(self.centre), mean_cost=list(self.mean_cost))
         out["shrinks"] = [list(x) for x in self.shrinks]
+        out["group_shrinks"] = [[list(x) for x in t] for t in self.group_shrinks]
+        out["worker_group"] = list(self.worker_group)
         return out
 
     @classmethod
@@ -95,6 +110,10 @@ class Decision:
             centre=tuple(float(b) for b in data.get("centre", ())),
             shrinks=tuple((float(a), float(b)) for a, b in data.get("shrinks", ((0.0, 1.0),))),
             mean_cost=tuple(float(c) for c in data.get("mean_cost", ())),
+            group_shrinks=tuple(
+                tuple((float(a), float(b)) for a, b in t) for t in data.get("group_shrinks", ())
+            ),
+            worker_group=tuple(int(g) for g in data.get("worker_group", ())),
         )
 
 
@@ -262,7 +281,10 @@ def info_text(directory: Path) -> str:
         f"  tau          {meta.tau if meta.tau is not None else '-'}",
         f"  lambda       {meta.decision.lam:g} (reward per USD; a session's --cost-weight is the same unit)",
         f"  decision     {'raw head' if not meta.decision.prior else 'prior + shrunk head'}; shrink by λ "
-        + ", ".join(f"{lam:g}: {s:g}" for lam, s in meta.decision.shrinks),
+        + "; ".join(
+            ", ".join(f"{lam:g}: {s:g}" for lam, s in t)
+            for t in (*meta.decision.group_shrinks, meta.decision.shrinks)
+        ),
         f"  created      {meta.created or '-'}",
         "  workers",
     ]
@@ -339,4 +361,4 @@ def router_scores(
     # a worker the checkpoint never saw was not charged λ_ckpt by its head: charge it here, as sessions do
     base = d.base(logp, known) - np.where(known >= 0, 0.0, d.lam * cost)[None, :]
     tie = _take(d.prior, known, float(np.mean(d.prior)) if d.prior else 0.0)
-    return Scores(base, cost, d.lam, tie, head=d.deviation(logp, known), shrinks=d.shrinks)
+    return Scores(base, cost, d.lam, tie, head=d.deviation(logp, known), shrinks=d.tables(known))

@@ -140,7 +140,7 @@ class OfflineFitness:
     head_config: dict[str, Any]
     util: np.ndarray  # [N, W] utility at the checkpoint's λ; NaN where a worker was not measured
     tau: float = 0.1
-    shrink: float = 1.0
+    shrink: float | np.ndarray = 1.0  # [W] or one for all
     prior: np.ndarray | None = None  # [W]
     centre: np.ndarray | None = None  # [W]
     per_generation: int = 64  # prompts per fitness call (all of them when <= 0)
@@ -176,7 +176,7 @@ class OfflineFitness:
         est = est - np.nanmean(est, axis=1, keepdims=True)
         if self.prior is not None:
             centre = np.zeros(util.shape[1]) if self.centre is None else self.centre
-            est = self.prior[None, :] + self.shrink * (est - centre[None, :])
+            est = self.prior[None, :] + np.asarray(self.shrink) * (est - centre[None, :])
         choice = np.where(np.isnan(util), -np.inf, est).argmax(axis=1)
         return float(util[np.arange(len(rows)), choice].mean())
 

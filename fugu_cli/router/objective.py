@@ -61,20 +61,22 @@ class Scores:
     """A router's view of N prompts: `base[i, j]` is its utility estimate for worker j at λ = `lam0`, and
     `cost` ([N, W] or [W]) the USD it expects j to spend, so its estimate at λ is base − (λ − lam0)·cost.
     A learned router also moves its per-prompt evidence `head` [N, W] by a shrink that depends on λ
-    (`shrinks`, see calibrate.py). `tie` ([W]) orders exact ties (e.g. the training mean)."""
+    (`shrinks`: a table per column, see calibrate.py). `tie` ([W]) orders exact ties (the training mean)."""
 
     base: np.ndarray
     cost: np.ndarray
     lam0: float = 0.0
     tie: np.ndarray | None = field(default=None)
     head: np.ndarray | None = field(default=None)
-    shrinks: tuple[tuple[float, float], ...] = ()
+    shrinks: tuple[tuple[tuple[float, float], ...], ...] = ()  # [W] a shrink table per column
 
     def at(self, lam: float) -> np.ndarray:
         cost = self.cost if self.cost.ndim == 2 else self.cost[None, :]
         out = self.base - (lam - self.lam0) * cost
         if self.head is not None and self.shrinks:
-            out = out + (shrink_at(self.shrinks, lam) - shrink_at(self.shrinks, self.lam0)) * self.head
+            now = np.array([shrink_at(t, lam) for t in self.shrinks])
+            then = np.array([shrink_at(t, self.lam0) for t in self.shrinks])
+            out = out + (now - then)[None, :] * self.head
         return np.asarray(out)
 
     def choices(self, lam: float) -> np.ndarray:

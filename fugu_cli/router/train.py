@@ -234,7 +234,9 @@ def select(
             shrinks=cfg.shrinks,
             z=cfg.confidence_z,
         )
-        shrinks = ", ".join(f"{lam:.3g}: {s:g}" for lam, s in cal.shrinks)
+        shrinks = " | ".join(
+            ", ".join(f"{lam:.3g}: {s:g}" for lam, s in t) for t in cal.group_shrinks or (cal.shrinks,)
+        )
         log(
             f"α={alpha}, τ={tau}: held-out utility {cal.score:.4f} over {len(grid)} λ ({len(folds)} folds); "
             f"shrinks {shrinks}"
@@ -251,6 +253,7 @@ def select(
         "decision_options": cal.options,
         "raw_head": cal.raw,
         "shrinks": [list(x) for x in cal.shrinks],
+        "group_shrinks": [[list(x) for x in t] for t in cal.group_shrinks],
         "selection_seconds": time.perf_counter() - t1,
     }
     return (alpha, tau), cal, metrics
@@ -271,7 +274,16 @@ def make_decision(
         return Decision(lam=lam, tau=tau, mean_cost=costs)
     est = tau * log_probs(head, desc, Part(rows.x, rows.util))
     centre = col_mean(np.where(np.isnan(rows.util), np.nan, centred(est, rows.util)))
-    return Decision(lam, tau, cal.prior, tuple(float(c) for c in centre), cal.shrinks, costs)
+    return Decision(
+        lam,
+        tau,
+        cal.prior,
+        tuple(float(c) for c in centre),
+        cal.shrinks,
+        costs,
+        cal.group_shrinks,
+        cal.worker_group,
+    )
 
 
 def new_head(backbone: Backbone, n_known: int, cfg: TrainConfig) -> SelectionHead:

@@ -107,7 +107,7 @@ def _fitness(
         "head_config": trained.head.config.to_json(),
         "util": data.util,
         "tau": d.tau,
-        "shrink": d.shrink(),
+        "shrink": d.shrink(np.arange(len(trained.workers))),
         "prior": np.asarray(d.prior) if d.prior else None,
         "centre": np.asarray(d.centre) if d.centre else None,
         "per_generation": per_gen,
