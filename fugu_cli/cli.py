@@ -321,7 +321,8 @@ def router_eval(
     split: Annotated[
         str | None,
         typer.Option(
-            "--split", help="Judge only this held-out part (default: every row it never trained on)."
+            "--split",
+            help="Judge only this part (default: all rows; the held-out part if it trained on this set).",
         ),
     ] = None,
     k: Annotated[int, typer.Option("--k", min=1, help="Neighbours of the kNN baseline.")] = 10,
