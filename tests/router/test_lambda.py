@@ -1,5 +1,5 @@
 """λ is one thing: `fugu router train --lambda` moves the checkpoint's choices monotonically toward cheaper
-workers, and a session whose --cost-weight is the checkpoint's λ picks what `fugu router eval` says it picks."""
+workers, and a session whose --cost-weight is the checkpoint's λ picks what `fugu router eval` says."""
 
 from __future__ import annotations
 
@@ -54,7 +54,8 @@ def write_premium_budget(root: Path) -> Path:
     (root / "prompts.jsonl").write_text("\n".join(prompts) + "\n")
     (root / "dataset.toml").write_text(
         'name = "premium_budget"\noutcomes = "outcomes.csv"\nprompts = "prompts.jsonl"\nprompt_id = "pid"\n'
-        'model = "model"\nscore = "score"\ncost = "cost"\ntask = "topic"\nsplit = "part"\nprompt_text = "text"\n'
+        'model = "model"\nscore = "score"\ncost = "cost"\ntask = "topic"\nsplit = "part"\n'
+        'prompt_text = "text"\n'
     )
     return root
 
