@@ -66,7 +66,8 @@ class _Chunk:
 
     def __call__(self, items: list[tuple[np.ndarray, int]]) -> list[float]:
         token = getattr(self.fitness, "token", None)
-        fit = _BUILT.setdefault(token, self.fitness) if token else self.fitness
+        child = mp.current_process().name != "MainProcess"  # here the caller's object already keeps its state
+        fit = _BUILT.setdefault(token, self.fitness) if token and child else self.fitness
         return [float(fit(x, gen)) for x, gen in items]
 
 
