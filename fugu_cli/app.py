@@ -68,7 +68,7 @@ class RouterSource:
     """Makes each session's router. A learned router's backbone is loaded once and shared by the sessions
     of one process (a server's, an eval run's); the head and the per-transcript cache are each session's."""
 
-    def __init__(self, checkpoint: Path | None, cost_weight: float) -> None:
+    def __init__(self, checkpoint: Path | None, cost_weight: float | None) -> None:
         self.checkpoint = checkpoint  # None: the prior
         self.cost_weight = cost_weight
         self._backbone: Backbone | None = None
@@ -148,7 +148,7 @@ def resolve(opts: RunOptions, *, saved_pool: Sequence[Worker] = ()) -> Resolved:
     `saved_pool` is a resumed session's pool, used when nothing else is configured."""
     config = load_config(opts.cwd, opts.overrides(), trust_project=opts.trust_project)
     pool = usable_pool(config, opts.cwd, saved_pool)
-    if config.cost_weight > 0:
+    if (config.cost_weight or 0.0) > 0:
         pool = with_table_prices(pool)
     config = config.model_copy(update={"worker": worker_named(pool, config.worker)})
     register_secret_env(w.api_key_env for w in pool)

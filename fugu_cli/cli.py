@@ -378,7 +378,12 @@ def router_info(checkpoint: Annotated[Path, typer.Argument(help="A router checkp
 
 @router_app.command("train")
 def router_train(
-    data: Annotated[Path, typer.Option("--data", help="A data set folder (dataset.toml), or a fugu store.")],
+    data: Annotated[
+        list[Path],
+        typer.Option(
+            "--data", help="A data set folder (dataset.toml), or a fugu store; repeat to stack sets."
+        ),
+    ],
     out: Annotated[Path, typer.Option("--out", help="The checkpoint directory to write.")],
     stage: Annotated[str, typer.Option("--stage", help="sft, es or both.")] = "both",
     split: Annotated[
@@ -388,22 +393,57 @@ def router_train(
             help="given[:LABEL] | kfold:K:SEED:FOLD | tasks:A,B | all (default: given, or kfold:5:0:0).",
         ),
     ] = None,
-    tau: Annotated[float, typer.Option("--tau", min=0.001, help="Temperature of the soft targets.")] = 0.1,
+    tau: Annotated[
+        float | None,
+        typer.Option(
+            "--tau", min=0.001, help="Temperature of the soft targets (default: chosen from 0.05, 0.1, 0.2)."
+        ),
+    ] = None,
     svf: Annotated[str, typer.Option("--svf", help="SVF targets, e.g. last:1; empty: head only.")] = "last:1",
     generations: Annotated[int, typer.Option("--generations", min=1, help="sep-CMA-ES generations.")] = 30,
-    lam: Annotated[float, typer.Option("--lambda", min=0.0, help="Fitness = reward − λ × cost.")] = 0.0,
+    lam: Annotated[
+        float,
+        typer.Option(
+            "--lambda",
+            min=0.0,
+            help="λ in reward per USD: every stage maximises normalised reward − λ × cost (USD a prompt).",
+        ),
+    ] = 0.0,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     threads: Annotated[int | None, typer.Option("--threads", min=1)] = None,
     store: Annotated[
         bool, typer.Option("--store", help="--data is a fugu store (fugu eval's outcomes).")
     ] = False,
+    prices: Annotated[
+        Path | None,
+        typer.Option(
+            "--prices", help="CSV model,input_price_per_mtok,output_price_per_mtok for data without cost."
+        ),
+    ] = None,
+    processes: Annotated[
+        int, typer.Option("--processes", min=1, help="Processes for embedding and stage 2 (1: this one).")
+    ] = 1,
 ) -> None:
     """Train a router from measured outcomes: soft-label KL with SVF, then sep-CMA-ES."""
     from fugu_cli.ui import admin
 
     raise typer.Exit(
         admin.router_train(
-            admin.TrainRequest(data, out, stage, split, tau, svf, generations, lam, seed, threads, store)
+            admin.TrainRequest(
+                tuple(data),
+                out,
+                stage,
+                split,
+                tau,
+                svf,
+                generations,
+                lam,
+                seed,
+                threads,
+                store,
+                prices,
+                processes,
+            )
         )
     )
 
@@ -413,20 +453,62 @@ def router_eval(
     data: Annotated[Path, typer.Option("--data", help="A data set folder (dataset.toml), or a fugu store.")],
     router: Annotated[Path, typer.Option("--router", help="The checkpoint to judge.")],
     split: Annotated[
-        str | None, typer.Option("--split", help="Default: the split the checkpoint was trained with.")
+        str | None,
+        typer.Option(
+            "--split",
+            help="Judge only this part (default: all rows; the held-out part if it trained on this set).",
+        ),
     ] = None,
     k: Annotated[int, typer.Option("--k", min=1, help="Neighbours of the kNN baseline.")] = 10,
     json_out: Annotated[bool, typer.Option("--json", help="Print the figures as one JSON object.")] = False,
     plot: Annotated[
-        Path | None, typer.Option("--plot", help="Write the cost–quality curve to a PNG.")
+        Path | None, typer.Option("--plot", help="Write the reward–cost curves to a PNG.")
     ] = None,
     threads: Annotated[int | None, typer.Option("--threads", min=1)] = None,
     store: Annotated[bool, typer.Option("--store", help="--data is a fugu store.")] = False,
+    train_data: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--train-data", help="Fit the baselines on this (default: the checkpoint's training data)."
+        ),
+    ] = None,
+    allow_train_rows: Annotated[
+        bool, typer.Option("--allow-train-rows", help="Judge rows the checkpoint trained on too.")
+    ] = False,
+    skip_train_rows: Annotated[
+        bool, typer.Option("--skip-train-rows", help="Leave out rows the checkpoint trained on.")
+    ] = False,
+    prices: Annotated[
+        Path | None, typer.Option("--prices", help="Price list CSV for a data set without cost.")
+    ] = None,
+    lambdas: Annotated[
+        str | None, typer.Option("--lambdas", help="Comma-separated λ values to sweep (reward per USD).")
+    ] = None,
 ) -> None:
-    """Judge a router on held-out data against best single, random, oracle, kNN and logistic regression."""
+    """Judge a router on rows it never trained on: its reward–cost curve against the single models' hull,
+    best single, random mix, kNN, logistic regression and the oracle."""
     from fugu_cli.ui import admin
 
-    raise typer.Exit(admin.router_eval(data, router, split, k, json_out, plot, threads, store))
+    try:
+        grid = tuple(float(x) for x in (lambdas or "").split(",") if x.strip())
+    except ValueError as e:
+        raise typer.BadParameter(f"--lambdas {lambdas!r}: give numbers separated by commas") from e
+    req = admin.EvalRequest(
+        data,
+        router,
+        split,
+        k,
+        json_out,
+        plot,
+        threads,
+        store,
+        tuple(train_data or ()),
+        allow_train_rows,
+        skip_train_rows,
+        prices,
+        grid,
+    )
+    raise typer.Exit(admin.router_eval(req))
 
 
 def main(argv: list[str] | None = None) -> Any:

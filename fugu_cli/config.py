@@ -107,7 +107,7 @@ class Config(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     router: str | None = None
-    cost_weight: float = Field(default=0.0, ge=0)
+    cost_weight: float | None = Field(default=None, ge=0)  # λ, reward per USD; None: the router's own
     permission_mode: PermissionMode | None = None
     max_turns: int = Field(default=40, ge=1)
     max_budget_usd: float | None = Field(default=None, gt=0)

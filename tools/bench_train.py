@@ -1,9 +1,11 @@
 """Train and judge a router on one data set, print the measured figures (docs/BENCHMARKS.md comes from this).
 
-    python tools/bench_train.py ../shared/data/routerbench_subset --split given:test
-    python tools/bench_train.py ../shared/data/swebench_verified_dev --split kfold:5:0   # all 5 folds, pooled
+    python tools/bench_train.py ../shared/data/routerbench_subset --split given:test --lam 30
+    python tools/bench_train.py ../shared/data/swebench_verified_dev --split kfold:5:0 --lam 0.3  # pooled
 
-Prints one JSON object (the `fugu router eval --json` report, or folds pooled) and a Markdown table row.
+Each fold's checkpoint is judged exactly as `fugu router eval` judges it (same code: `eval_inputs`, `judge`);
+k folds are pooled by judging all held-out prompts at once, each prompt scored by the checkpoint that never
+saw it. Prints the text report on stderr, a Markdown row and one JSON object on stdout.
 """
 
 from __future__ import annotations
@@ -15,44 +17,59 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fugu_cli.router.es import ESConfig, GenerationStats
-from fugu_cli.router.evaluate import EvalOptions, eval_command, merge_reports, render_text
-from fugu_cli.router.train import TrainConfig
-from fugu_cli.router.trainer import TrainOptions, train_command
+import numpy as np
 
-METHODS = ("router", "best_single", "knn", "logreg", "random", "oracle")
+from fugu_cli.router.commands import EvalInputs, EvalOptions, TrainOptions, eval_inputs, train_command
+from fugu_cli.router.data import concat
+from fugu_cli.router.es import ESConfig, GenerationStats
+from fugu_cli.router.evaluate import concat_scores, judge
+from fugu_cli.router.objective import lambda_grid
+from fugu_cli.router.report import render_text
+from fugu_cli.router.train import TrainConfig
+from fugu_cli.router.trainer import Stage2
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("data", type=Path)
     ap.add_argument(
-        "--split", default=None, help="given:LABEL, tasks:A,B, kfold:K:SEED:FOLD, or kfold:K:SEED (all)"
+        "--split", default=None, help="given:LABEL, tasks:A,B, kfold:K:SEED:FOLD, or kfold:K:SEED"
     )
-    ap.add_argument(
-        "--eval-split", action="append", default=[], help="extra held-out labels (e.g. given:ood_test)"
-    )
+    ap.add_argument("--eval-split", default=None, help="judge on this split instead (e.g. given:ood_test)")
     ap.add_argument("--stage", default="sft", choices=["sft", "es", "both"])
-    ap.add_argument("--svf", default="last:1", help="SVF targets, comma-separated; '' for head only")
+    ap.add_argument("--svf", default="", help="SVF targets, comma-separated; '' (default) for head only")
     ap.add_argument("--generations", type=int, default=20)
-    ap.add_argument(
-        "--es-batch", type=int, default=256, help="tasks per fitness call; 0 = all (deterministic)"
-    )
-    ap.add_argument("--tau", type=float, default=0.1)
-    ap.add_argument("--lam", type=float, default=0.0)
+    ap.add_argument("--es-batch", type=int, default=256, help="prompts per fitness call; 0 = all")
+    ap.add_argument("--tau", type=float, default=None, help="one temperature instead of the grid")
+    ap.add_argument("--lam", type=float, default=0.0, help="λ, reward per USD")
+    ap.add_argument("--shrinks", default=None, help="decision shrink grid, e.g. 0,0.5,1")
+    ap.add_argument("--alphas", default=None, help="target shrinkage grid, e.g. 0,0.5")
+    ap.add_argument("--rank", type=int, default=12)
+    ap.add_argument("--z", type=float, default=None, help="confidence (standard errors) a shrink must clear")
+    ap.add_argument("--prices", type=Path, default=None)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--processes", type=int, default=1)
     ap.add_argument("--cache", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=Path("/tmp/fugu-bench"))
     args = ap.parse_args()
-    splits = _folds(args.split)
-    reports, timings = [], []
-    for split in splits:
-        ckpt = args.out / f"{args.data.name}-{split.replace(':', '_')}"
+    inputs, timings = [], []
+    for split in _folds(args.split):
+        ckpt = args.out / f"{args.data.name}-{split.replace(':', '_')}-lam{args.lam:g}"
+        extra: dict[str, Any] = {"rank": args.rank}
+        if args.shrinks:
+            extra["shrinks"] = tuple(float(x) for x in args.shrinks.split(","))
+        if args.alphas:
+            extra["alphas"] = tuple(float(x) for x in args.alphas.split(","))
+        if args.tau is not None:
+            extra["taus"] = (args.tau,)
+        if args.z is not None:
+            extra["confidence_z"] = args.z
         cfg = TrainConfig(
-            tau=args.tau,
+            lam=args.lam,
             svf_targets=tuple(t for t in args.svf.split(",") if t),
             threads=args.threads,
             cache_dir=args.cache,
+            **extra,  # type: ignore[arg-type]
         )
         start = time.perf_counter()
         res = train_command(
@@ -62,57 +79,61 @@ def main() -> None:
                 stage=args.stage,
                 split=split,
                 config=cfg,
-                lam=args.lam,
-                es_batch=args.es_batch,
-                es=ESConfig(generations=args.generations),
+                stage2=Stage2(
+                    ESConfig(generations=args.generations, processes=args.processes), args.es_batch
+                ),
+                prices=args.prices,
+                processes=args.processes,
             ),
             on_log=_log,
             on_generation=_gen,
         )
         timings.append({"split": split, "train_seconds": time.perf_counter() - start, **res.meta.metrics})
-        for eval_split in [split, *args.eval_split]:
-            rep = eval_command(
-                EvalOptions(args.data, ckpt, split=eval_split, cache_dir=args.cache, threads=args.threads)
-            )
-            print(render_text(rep), file=sys.stderr)
-            reports.append(rep)
-    summary: dict[str, Any] = {"timings": timings}
-    by_split: dict[str, list[dict[str, Any]]] = {}
-    for r in reports:
-        key = r["split"] if not r["split"].startswith("kfold") else "kfold"
-        by_split.setdefault(key, []).append(r)
-    for key, reps in by_split.items():
-        summary[key] = reps[0] if len(reps) == 1 else {**merge_reports(reps), "apgr": _pool_apgr(reps)}
-        print(_row(args.data.name, key, summary[key]))
-    print(json.dumps(summary, indent=1, default=str))
+        opts = EvalOptions(
+            args.data, ckpt, split=args.eval_split or split, cache_dir=args.cache, threads=args.threads
+        )
+        inputs.append(eval_inputs(replace_prices(opts, args.prices)))
+    report = pooled(inputs)
+    print(render_text(report), file=sys.stderr)
+    print(row(args.data.name, args.eval_split or args.split or "default", report))
+    print(json.dumps({"timings": timings, "report": report}, default=str))
 
 
-def _folds(split: str | None) -> list[str]:
+def replace_prices(opts: EvalOptions, prices: Path | None) -> EvalOptions:
+    from dataclasses import replace
+
+    return replace(opts, prices=prices)
+
+
+def pooled(parts: list[EvalInputs]) -> dict[str, Any]:
+    """One report over every part's held-out prompts, each scored by its own fold's checkpoint."""
+    first = parts[0]
+    if len(parts) == 1:
+        report = judge(first.test, first.methods, lam=first.lam, lambdas=first.lambdas, scales=first.scales)
+        return {**report, **first.info}
+    test = concat([p.test for p in parts])
+    methods = {m: concat_scores([p.methods[m] for p in parts]) for m in first.methods}
+    grid = lambda_grid(np.asarray(methods["router"].cost).mean(axis=0), extra=(first.lam,))
+    report = judge(test, methods, lam=first.lam, lambdas=grid, scales=first.scales)
+    return {**report, "split": f"{len(parts)} folds pooled", "folds": len(parts)}
+
+
+def row(name: str, split: str, rep: dict[str, Any]) -> str:
+    """| data | held out | router | best single | kNN | logreg | router vs hull: min gap, max gap, saving |"""
+    cells = []
+    for m in ("router", "best_single", "knn", "logreg"):
+        c = rep[m]["cost"]
+        cells.append(f"{rep[m]['reward']:.4f}" + ("" if c is None else f" / ${c:.4f}"))
+    v = rep["frontier"]["methods"]["router"]["vs_single_hull"]
+    hull = f"{v['min_gap']:+.4f} / {v['max_gap']:+.4f} / {v['max_saving']:.1%}"
+    return f"| {name} | {split} ({rep['n_test']}) | " + " | ".join(cells) + f" | {hull} |"
+
+
+def _folds(split: str | None) -> list[str | None]:
     if split and split.startswith("kfold") and len(split.split(":")) == 3:
         _, k, seed = split.split(":")
         return [f"kfold:{k}:{seed}:{f}" for f in range(int(k))]
-    return [split or ""]
-
-
-def _pool_apgr(reports: list[dict[str, Any]]) -> dict[str, dict[str, float]] | None:
-    if not reports[0].get("apgr"):
-        return None
-    out: dict[str, dict[str, float]] = {}
-    for group in reports[0]["apgr"]:
-        vals = [r["apgr"][group] for r in reports if group in (r.get("apgr") or {})]
-        out[group] = {
-            m: sum(v[m] for v in vals if v[m] is not None) / max(1, sum(v[m] is not None for v in vals))
-            for m in vals[0]
-        }
-    return out
-
-
-def _row(name: str, split: str, rep: dict[str, Any]) -> str:
-    cells = []
-    for m in METHODS:
-        c = rep[m]["cost"]
-        cells.append(f"{rep[m]['reward']:.4f}" + ("" if c is None else f" / ${c:.4f}"))
-    return f"| {name} | {split} | " + " | ".join(cells) + " |"
+    return [split]
 
 
 def _log(msg: str) -> None:

@@ -1,9 +1,13 @@
-"""Train the checkpoint shipped in the package (fugu_cli/data/router_default/) on swebench_verified_dev.
+"""Train the checkpoint shipped in the package (fugu_cli/data/router_default/) on every shared data set.
 
-    python tools/train_default_router.py [--data ../shared/data/swebench_verified_dev] [--stage both]
+    python tools/train_default_router.py [--shared ../shared/data] [--lam 0.1] [--processes 2]
 
-Trains on all 350 issues (the held-out figures come from `tools/bench_train.py --split kfold:5:0`), maps each
-worker to its litellm model id where the model is served by its maker's public API, and prints the checkpoint.
+Trains one router on the training part of every data set with prompt text (the data set's own train split,
+else folds 1-4 of `kfold:5:0`), so `fugu router eval --data <set> --router fugu_cli/data/router_default`
+judges it on the held-out part it never saw. Worker descriptions name no task or repository (they must carry
+over to repositories it never saw). SWE-bench runs are renamed to fugu's pool names with their litellm ids;
+routellm has no recorded cost, so its cost is estimated from docs/prices/routellm_gpt4_vs_mixtral.csv, and
+llmrouter's from its own price list. Prints the checkpoint's info and size.
 """
 
 from __future__ import annotations
@@ -14,12 +18,26 @@ import time
 from pathlib import Path
 
 from fugu_cli.router.checkpoint import info_text
+from fugu_cli.router.commands import Source, TrainOptions, train_command
 from fugu_cli.router.es import ESConfig, GenerationStats
 from fugu_cli.router.train import TrainConfig
-from fugu_cli.router.trainer import TrainOptions, train_command
+from fugu_cli.router.trainer import Stage2
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "fugu_cli" / "data" / "router_default"
+PRICES = ROOT / "docs" / "prices"
+SETS = (
+    "swebench_verified_dev",
+    "routerbench_subset",
+    "llmrouter_9_small_models",
+    "routellm_gpt4_vs_mixtral",
+    "routerdc_7b_models",
+)
+# models served by their maker's public API, outside SWE-bench
+OTHER_MODELS = {
+    "gpt-4-1106-preview": "openai/gpt-4-1106-preview",
+    "gpt-3.5-turbo-1106": "openai/gpt-3.5-turbo-1106",
+}
 
 # Leaderboard run -> (worker name, litellm id). Names follow fugu's built-in pool (pool.py) where the model
 # is the same, so a user with that key gets the trained identity term. The litellm id is set only for models
@@ -61,32 +79,42 @@ WORKERS: dict[str, tuple[str, str | None]] = {
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument(
-        "--data", type=Path, default=Path("../shared/data/swebench_verified_dev"), help="from the repo root"
-    )
+    ap.add_argument("--shared", type=Path, default=Path("../shared/data"), help="from the repo root")
     ap.add_argument("--out", type=Path, default=OUT)
-    ap.add_argument("--stage", default="both", choices=["sft", "es", "both"])
+    ap.add_argument("--lam", type=float, default=0.1, help="λ, reward per USD (the default sessions use)")
+    ap.add_argument("--stage", default="sft", choices=["sft", "es", "both"])
     ap.add_argument("--generations", type=int, default=15)
-    ap.add_argument("--es-batch", type=int, default=64, help="issues per fitness call")
-    ap.add_argument("--lam", type=float, default=0.0, help="ES fitness = reward - λ × cost (USD)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--processes", type=int, default=1)
     ap.add_argument("--cache", type=Path, default=None)
     args = ap.parse_args()
     start = time.perf_counter()
+    sources = []
+    for name in SETS:
+        prices = PRICES / f"{name}.csv"
+        sources.append(Source(args.shared / name, None, False, prices if prices.is_file() else None))
+    config = TrainConfig(
+        lam=args.lam,
+        alphas=(0.0, 0.5),
+        describe_tasks=False,
+        svf_targets=(),
+        cv_max_rows=40_000,
+        threads=args.threads,
+        cache_dir=args.cache,
+    )
     res = train_command(
         TrainOptions(
-            args.data,
+            [s.path for s in sources],
             args.out,
             stage=args.stage,
-            split="all",
-            config=TrainConfig(threads=args.threads, cache_dir=args.cache),
-            es=ESConfig(generations=args.generations),
-            es_batch=args.es_batch,
-            lam=args.lam,
+            config=config,
+            stage2=Stage2(ESConfig(generations=args.generations, processes=args.processes), batch=256),
             names={run: name for run, (name, _) in WORKERS.items()},
-            models={name: model for name, model in WORKERS.values() if model},
+            models={name: model for name, model in WORKERS.values() if model} | OTHER_MODELS,
+            prices_by_source={str(s.path): s.prices for s in sources if s.prices},
+            processes=args.processes,
         ),
-        on_log=lambda m: print(f"[{time.perf_counter() - start:6.1f}s] {m}", file=sys.stderr, flush=True),
+        on_log=lambda m: print(f"[{time.perf_counter() - start:7.1f}s] {m}", file=sys.stderr, flush=True),
         on_generation=_gen,
     )
     size = sum(p.stat().st_size for p in res.checkpoint.iterdir())

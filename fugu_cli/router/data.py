@@ -1,12 +1,14 @@
-"""Reward matrices (tasks × workers: mean reward, mean cost) from a `dataset.toml` folder or fugu's store.
+"""Reward matrices (prompts × workers: mean reward, mean USD cost) from a dataset.toml folder or the store.
 
-Owns reading outcome CSVs / prompt JSONL, averaging repeated cells, and the train/test splits (given, k-fold,
-held-out tasks) with cross-side prompt deduplication. Pure numpy; never prints, never writes.
+Owns reading outcome CSVs / prompt JSONL, averaging repeated cells, estimating a cost from a price list where
+the data set records none, stacking several data sets into one matrix, and the fingerprints (problem id, text
+hash) that say which rows a checkpoint trained on. Splits live in `splits.py`. Pure numpy; never prints.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import json
 import tomllib
@@ -14,21 +16,22 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from fugu_cli.errors import UsageError
 
 MODES = ("fugu", "ultra")  # eval arms that are modes, not workers
-
-SplitKind = Literal["given", "kfold", "tasks", "all"]
+CHARS_PER_TOKEN = 4  # for a cost estimated from a price list: prompt tokens ≈ characters / 4
+OUTPUT_TOKENS = 256  # ... plus this many output tokens a prompt (the data sets record no reply lengths)
 
 
 @dataclass(frozen=True, eq=False)
 class RewardMatrix:
     """N prompts × W workers. `reward[i, j]` is the mean reward of worker j on prompt i (NaN where
-    unmeasured), `cost[i, j]` the mean USD cost (None when the data set records no cost)."""
+    unmeasured), `cost[i, j]` the mean USD cost (None when the data set records no cost). `cost_source` says
+    where the cost came from: "recorded", "prices" (estimated from a price list), or "" (none)."""
 
     name: str
     prompt_ids: tuple[str, ...]
@@ -39,6 +42,7 @@ class RewardMatrix:
     reward: np.ndarray  # [N, W] float64
     cost: np.ndarray | None = None  # [N, W] float64
     worker_info: dict[str, dict[str, str]] = field(default_factory=dict)  # display name, org, api model
+    cost_source: str = ""
 
     @property
     def n(self) -> int:
@@ -46,25 +50,21 @@ class RewardMatrix:
 
     def subset(self, idx: Sequence[int] | np.ndarray) -> RewardMatrix:
         ix = np.asarray(idx, dtype=np.int64)
-        return RewardMatrix(
-            name=self.name,
+        return dataclasses.replace(
+            self,
             prompt_ids=tuple(self.prompt_ids[i] for i in ix),
             texts=None if self.texts is None else tuple(self.texts[i] for i in ix),
             tasks=tuple(self.tasks[i] for i in ix),
             splits=tuple(self.splits[i] for i in ix),
-            workers=self.workers,
             reward=self.reward[ix],
             cost=None if self.cost is None else self.cost[ix],
-            worker_info=self.worker_info,
         )
 
     def renamed(self, names: dict[str, str]) -> RewardMatrix:
         """The same matrix with workers renamed (`names` maps old to new; others keep their name)."""
         new = tuple(names.get(w, w) for w in self.workers)
         info = {names.get(w, w): v for w, v in self.worker_info.items()}
-        return RewardMatrix(
-            self.name, self.prompt_ids, self.texts, self.tasks, self.splits, new, self.reward, self.cost, info
-        )
+        return dataclasses.replace(self, workers=new, worker_info=info)
 
     def complete(self) -> RewardMatrix:
         """Only the prompts every worker was measured on (training and judging need a full row)."""
@@ -73,60 +73,41 @@ class RewardMatrix:
             ok &= ~np.isnan(self.cost).any(axis=1)
         return self if ok.all() else self.subset(np.flatnonzero(ok))
 
+    def measured(self) -> np.ndarray:
+        """[N, W] bool: cells holding an outcome (a stacked matrix leaves other data sets' workers empty)."""
+        return np.asarray(~np.isnan(self.reward))
 
-@dataclass(frozen=True)
-class SplitSpec:
-    """How to split: `given:test` (the data set's own split; test label), `kfold:5:0:2` (k, seed, held-out
-    fold), `tasks:mmlu,gsm8k` (hold out whole tasks), or `all` (train on everything, no held-out part)."""
+    def costs(self) -> np.ndarray:
+        """[N, W] USD, zeros where the data set has no cost (or the cell is unmeasured)."""
+        if self.cost is None:
+            return np.zeros_like(self.reward)
+        return np.asarray(np.nan_to_num(self.cost, nan=0.0))
 
-    kind: SplitKind = "given"
-    test_label: str = "test"
-    k: int = 5
-    seed: int = 0
-    fold: int = 0
-    tasks: tuple[str, ...] = ()
-
-    @classmethod
-    def parse(cls, text: str) -> SplitSpec:
-        parts = text.strip().split(":")
-        try:
-            if parts[0] == "given":
-                return cls("given", test_label=parts[1] if len(parts) > 1 and parts[1] else "test")
-            if parts[0] == "kfold":
-                nums = [int(p) for p in parts[1:]] + [5, 0, 0][len(parts) - 1 :]
-                spec = cls("kfold", k=nums[0], seed=nums[1], fold=nums[2])
-                if spec.k < 2 or not 0 <= spec.fold < spec.k:
-                    raise ValueError("need k >= 2 and 0 <= fold < k")
-                return spec
-            if parts[0] == "tasks" and len(parts) == 2 and parts[1]:
-                return cls("tasks", tasks=tuple(t for t in parts[1].split(",") if t))
-            if parts[0] == "all":
-                return cls("all")
-        except (ValueError, IndexError) as exc:
-            raise UsageError(f"Bad --split {text!r}: {exc}") from exc
-        raise UsageError(
-            f"Bad --split {text!r}: use given[:LABEL], kfold:K:SEED:FOLD, tasks:NAME[,NAME...] or all"
+    def only(self, workers: Sequence[str]) -> RewardMatrix:
+        """The same prompts with only `workers` (in that order)."""
+        cols = [self.workers.index(w) for w in workers]
+        return dataclasses.replace(
+            self,
+            workers=tuple(workers),
+            reward=self.reward[:, cols],
+            cost=None if self.cost is None else self.cost[:, cols],
         )
 
-    def __str__(self) -> str:
-        if self.kind == "given":
-            return f"given:{self.test_label}"
-        if self.kind == "kfold":
-            return f"kfold:{self.k}:{self.seed}:{self.fold}"
-        if self.kind == "tasks":
-            return "tasks:" + ",".join(self.tasks)
-        return "all"
+
+def mean_costs(data: RewardMatrix) -> np.ndarray:
+    """[W] mean USD cost per worker over the prompts it was measured on (zeros when there is no cost)."""
+    if data.cost is None or data.n == 0:
+        return np.zeros(len(data.workers))
+    seen = ~np.isnan(data.cost)
+    total = np.where(seen, data.cost, 0.0).sum(axis=0)
+    return np.asarray(total / np.maximum(seen.sum(axis=0), 1))
 
 
-@dataclass(frozen=True, eq=False)
-class Split:
-    train: RewardMatrix
-    test: RewardMatrix
-    dropped_duplicates: int  # training prompts removed because their text is also in the test part
-
-
-def load_dataset(directory: str | Path) -> RewardMatrix:
-    """Read a data set folder described by `dataset.toml` (see ../shared/data/README.md)."""
+def load_dataset(directory: str | Path, prices: Path | None = None) -> RewardMatrix:
+    """Read a data set folder described by `dataset.toml` (see ../shared/data/README.md). Without a cost
+    column, a price list (`prices`, else the data set's models.csv when it has per-million-token prices) gives
+    each prompt an estimated cost: its length in tokens at the input price plus OUTPUT_TOKENS at the output
+    price."""
     root = Path(directory)
     spec_path = root / "dataset.toml"
     if not spec_path.is_file():
@@ -139,7 +120,114 @@ def load_dataset(directory: str | Path) -> RewardMatrix:
     cells, meta = _read_outcomes(root / spec["outcomes"], spec)
     texts = _read_prompts(root / spec["prompts"], spec) if "prompts" in spec else None
     info = _read_models(root / spec.get("models", "models.csv"), spec["model"])
-    return _assemble(str(spec.get("name", root.name)), cells, meta, texts, info)
+    data = _assemble(str(spec.get("name", root.name)), cells, meta, texts, info)
+    if data.cost is None:
+        table = read_prices(prices, "model") if prices is not None else _prices_of(info)
+        if table:
+            data = with_price_costs(data, table)
+    return (
+        data if data.cost is None or data.cost_source else dataclasses.replace(data, cost_source="recorded")
+    )
+
+
+def read_prices(path: Path, model_col: str = "model") -> dict[str, tuple[float, float]]:
+    """A price list: CSV with the columns model, input_price_per_mtok, output_price_per_mtok (USD)."""
+    if not path.is_file():
+        raise UsageError(f"no price list at {path} (a CSV: model,input_price_per_mtok,output_price_per_mtok)")
+    with path.open(newline="", encoding="utf-8") as fh:
+        table = _prices_of({row[model_col]: row for row in csv.DictReader(fh) if row.get(model_col)})
+    if not table:
+        raise UsageError(f"{path} has no rows with input_price_per_mtok and output_price_per_mtok")
+    return table
+
+
+def _prices_of(rows: dict[str, dict[str, str]]) -> dict[str, tuple[float, float]]:
+    out: dict[str, tuple[float, float]] = {}
+    for model, row in rows.items():
+        p_in, p_out = row.get("input_price_per_mtok"), row.get("output_price_per_mtok")
+        if p_in not in (None, "") and p_out not in (None, ""):
+            out[model] = (float(p_in), float(p_out))  # type: ignore[arg-type]
+    return out
+
+
+def with_price_costs(data: RewardMatrix, prices: dict[str, tuple[float, float]]) -> RewardMatrix:
+    """Estimated USD per prompt from per-million-token prices; workers without a price make it all-or-nothing:
+    a matrix where only some workers have a cost would not be a cost at all."""
+    if data.texts is None or any(w not in prices for w in data.workers):
+        return data
+    tokens_in = np.array([len(t) / CHARS_PER_TOKEN for t in data.texts])  # [N]
+    p_in = np.array([prices[w][0] for w in data.workers])  # [W]
+    p_out = np.array([prices[w][1] for w in data.workers])
+    cost = (tokens_in[:, None] * p_in[None, :] + OUTPUT_TOKENS * p_out[None, :]) / 1e6
+    cost = np.where(np.isnan(data.reward), np.nan, cost)
+    return dataclasses.replace(data, cost=cost, cost_source="prices")
+
+
+def stack(parts: Sequence[RewardMatrix], name: str = "") -> RewardMatrix:
+    """Several data sets as one matrix: rows of each, the union of workers (unmeasured cells NaN), tasks
+    prefixed with their data set's name so each keeps its own reward scale."""
+    workers = tuple(dict.fromkeys(w for p in parts for w in p.workers))
+    col = {w: j for j, w in enumerate(workers)}
+    n = sum(p.n for p in parts)
+    reward = np.full((n, len(workers)), np.nan)
+    has_cost = any(p.cost is not None for p in parts)
+    cost = np.full_like(reward, np.nan) if has_cost else None
+    row = 0
+    for p in parts:
+        cols = [col[w] for w in p.workers]
+        reward[row : row + p.n, cols] = p.reward
+        if cost is not None:
+            cost[row : row + p.n, cols] = p.costs() if p.cost is None else p.cost
+        row += p.n
+    texts = None if any(p.texts is None for p in parts) else tuple(t for p in parts for t in p.texts or ())
+    info = {w: v for p in parts for w, v in p.worker_info.items()}
+    return RewardMatrix(
+        name=name or "+".join(p.name for p in parts),
+        prompt_ids=tuple(pid for p in parts for pid in p.prompt_ids),
+        texts=texts,
+        tasks=tuple(f"{p.name}/{t}" if t else p.name for p in parts for t in p.tasks),
+        splits=tuple(s for p in parts for s in p.splits),
+        workers=workers,
+        reward=reward,
+        cost=cost,
+        worker_info=info,
+        cost_source="+".join(sorted({p.cost_source for p in parts} - {""})),
+    )
+
+
+def concat(parts: Sequence[RewardMatrix]) -> RewardMatrix:
+    """Rows of several parts of one data set (same workers), e.g. the held-out folds of a k-fold split."""
+    first = parts[0]
+    if any(p.workers != first.workers for p in parts):
+        raise ValueError("concat needs parts with the same workers; stack() joins different data sets")
+    return dataclasses.replace(
+        first,
+        prompt_ids=tuple(x for p in parts for x in p.prompt_ids),
+        texts=None if any(p.texts is None for p in parts) else tuple(t for p in parts for t in p.texts or ()),
+        tasks=tuple(t for p in parts for t in p.tasks),
+        splits=tuple(s for p in parts for s in p.splits),
+        reward=np.vstack([p.reward for p in parts]),
+        cost=None
+        if first.cost is None
+        else np.vstack([p.costs() if p.cost is None else p.cost for p in parts]),
+    )
+
+
+def text_key(text: str) -> str:
+    """A prompt's fingerprint: 16 hex digits of the hash of its text with case and spacing folded."""
+    return hashlib.blake2b(" ".join(text.split()).lower().encode(), digest_size=8).hexdigest()
+
+
+def id_key(prompt_id: str) -> str:
+    return hashlib.blake2b(prompt_id.encode(), digest_size=8).hexdigest()
+
+
+def trained_rows(data: RewardMatrix, ids: set[str], texts: set[str]) -> np.ndarray:
+    """[N] bool: rows whose problem id or text fingerprint is among a checkpoint's training rows."""
+    hit = np.array([id_key(p) in ids for p in data.prompt_ids], dtype=bool)
+    if data.texts is not None:
+        hit |= np.array([text_key(t) in texts for t in data.texts], dtype=bool)
+    return hit
 
 
 def _read_outcomes(
@@ -249,53 +337,3 @@ def load_store_outcomes(db_path: str | Path) -> RewardMatrix:
         empty = np.zeros((0, 0))
         return RewardMatrix("store", (), (), (), (), (), empty, None)
     return _assemble("store", cells, meta, texts, {})
-
-
-def split_matrix(data: RewardMatrix, spec: SplitSpec) -> Split:
-    """Train / held-out parts. Training prompts whose text also appears in the held-out part are dropped."""
-    n = data.n
-    if spec.kind == "all":
-        return Split(data, data.subset([]), 0)
-    if spec.kind == "given":
-        labels = set(data.splits)
-        if spec.test_label not in labels:
-            raise UsageError(
-                f"{data.name} has no split labelled {spec.test_label!r} (labels: {sorted(labels - {''})}); "
-                "use --split kfold:5:0:0 or tasks:NAME."
-            )
-        test = np.array([s == spec.test_label for s in data.splits])
-        train = np.array([s == "train" for s in data.splits]) if "train" in labels else ~test
-    elif spec.kind == "kfold":
-        order = np.random.default_rng(spec.seed).permutation(n)
-        test = np.zeros(n, dtype=bool)
-        test[np.array_split(order, spec.k)[spec.fold]] = True
-        train = ~test
-    else:
-        unknown = set(spec.tasks) - set(data.tasks)
-        if unknown:
-            raise UsageError(
-                f"{data.name} has no task(s) {sorted(unknown)}; tasks: {sorted(set(data.tasks))}"
-            )
-        test = np.array([t in spec.tasks for t in data.tasks])
-        train = ~test
-    train_idx, dropped = _dedup(data, np.flatnonzero(train), np.flatnonzero(test))
-    return Split(data.subset(train_idx), data.subset(np.flatnonzero(test)), dropped)
-
-
-def _dedup(data: RewardMatrix, train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, int]:
-    if data.texts is None:
-        return train, 0
-    held = {_norm(data.texts[i]) for i in test}
-    keep = np.array([i for i in train if _norm(data.texts[i]) not in held], dtype=np.int64)
-    return keep, len(train) - len(keep)
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.split()).lower()
-
-
-def dev_split(data: RewardMatrix, fraction: float = 0.1, seed: int = 0) -> tuple[RewardMatrix, RewardMatrix]:
-    """Carve a dev part (for early stopping) out of a training part."""
-    order = np.random.default_rng(seed + 7919).permutation(data.n)
-    n_dev = max(1, round(data.n * fraction)) if data.n > 1 else 0
-    return data.subset(np.sort(order[n_dev:])), data.subset(np.sort(order[:n_dev]))

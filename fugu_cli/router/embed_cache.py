@@ -1,8 +1,9 @@
 """On-disk cache of prompt features: one unit vector per prompt, keyed by backbone, token limit and text hash.
 
 A prompt's feature is exactly what `TranscriptEncoder.encode_prompt` computes at serving time (its `user: ...`
-line through the backbone), so training and serving agree. Batches are length-sorted to cut padding work.
-Imports torch only through the backbone passed in; never prints (progress goes to a callback).
+line through the backbone), so training and serving agree. Batches are length-sorted to cut padding work; the
+pass over uncached prompts can go through an `Executor` (chunks of lines, each worker loading the backbone by
+id). Imports torch only through the backbone passed in; never prints (progress goes to a callback).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fugu_cli.router.executor import Executor, LocalExecutor, chunked
 from fugu_cli.types import Message
 
 if TYPE_CHECKING:
@@ -55,9 +57,11 @@ def encode_prompts(
     variant: str = "",
     batch_size: int = 64,
     on_progress: Progress | None = None,
+    executor: Executor | None = None,
 ) -> np.ndarray:
     """[N, H] float32 features of single-prompt transcripts; computes only what the cache lacks.
-    `variant` names a changed backbone (e.g. a digest of SVF offsets) so its vectors are cached apart."""
+    `variant` names a changed backbone (e.g. a digest of SVF offsets) so its vectors are cached apart; such
+    a backbone cannot be loaded elsewhere by id, so it always encodes here."""
     lines = [prompt_line(t) for t in texts]
     keys = [line_key(line) for line in lines]
     path = cache_path(cache_dir or default_cache_dir(), backbone.id, max_tokens, variant)
@@ -65,13 +69,15 @@ def encode_prompts(
     todo = list(dict.fromkeys(k for k in keys if k not in known))
     if todo:
         by_key = dict(zip(keys, lines, strict=True))
-        fresh = encode_lines(
-            backbone,
-            [by_key[k] for k in todo],
-            max_tokens=max_tokens,
-            batch_size=batch_size,
-            on_progress=on_progress,
-        )
+        new_lines = [by_key[k] for k in todo]
+        if executor is None or isinstance(executor, LocalExecutor) or variant:
+            fresh = encode_lines(
+                backbone, new_lines, max_tokens=max_tokens, batch_size=batch_size, on_progress=on_progress
+            )
+        else:
+            job = EncodeJob(backbone.id, max_tokens, batch_size)
+            chunks = chunked(new_lines, max(1, len(new_lines) // 512))
+            fresh = [v for part in executor.map(job, chunks) for v in part]
         known.update(zip(todo, fresh, strict=True))
         _save(path, known)
     if not keys:
@@ -98,6 +104,27 @@ def encode_lines(
         if on_progress is not None:
             on_progress(min(start + batch_size, len(order)), len(order))
     return out
+
+
+@dataclass(frozen=True)
+class EncodeJob:
+    """`encode_lines` for one chunk, in whatever process an executor runs it: the backbone is loaded by id
+    once per process (one thread each: the processes are the parallelism)."""
+
+    backbone: str
+    max_tokens: int
+    batch_size: int = 64
+
+    def __call__(self, lines: list[str]) -> list[np.ndarray]:
+        loaded = _BACKBONES.get(self.backbone)
+        if loaded is None:
+            from fugu_cli.router.backbone import load_backbone
+
+            loaded = _BACKBONES[self.backbone] = load_backbone(self.backbone, threads=1)
+        return encode_lines(loaded, lines, max_tokens=self.max_tokens, batch_size=self.batch_size)
+
+
+_BACKBONES: dict[str, Backbone] = {}
 
 
 def _load(path: Path) -> dict[bytes, np.ndarray]:

@@ -2,18 +2,23 @@
 
 A fitness is any picklable callable `(x, generation) -> float`; all candidates of one generation see the same
 `generation` number, so a fitness that samples task batches can give them the same batch (fair comparison).
-Candidates run in parallel in spawned processes. Never prints: progress goes to `on_generation`.
+A generation's candidates are scored through an `Executor` (here, spawned processes, or a cluster later).
+`OfflineFitness` scores a candidate head by the one objective (normalised reward − λ·USD) of its choices on
+recorded outcomes. Never prints: progress goes to `on_generation`.
 """
 
 from __future__ import annotations
 
 import math
 import multiprocessing as mp
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+
+from fugu_cli.router.executor import Executor, chunked, make_executor
 
 
 class Fitness(Protocol):
@@ -52,17 +57,21 @@ def popsize_for(n: int) -> int:
     return 4 + int(3 * math.log(max(n, 1)))
 
 
-_WORKER_FITNESS: Fitness | None = None
+@dataclass(frozen=True)
+class _Chunk:
+    """Scores a chunk of (candidate, generation) pairs; a fitness with a `token` is kept per process, so
+    whatever it builds on first use (a head, a backbone) survives between generations."""
+
+    fitness: Fitness
+
+    def __call__(self, items: list[tuple[np.ndarray, int]]) -> list[float]:
+        token = getattr(self.fitness, "token", None)
+        child = mp.current_process().name != "MainProcess"  # here the caller's object already keeps its state
+        fit = _BUILT.setdefault(token, self.fitness) if token and child else self.fitness
+        return [float(fit(x, gen)) for x, gen in items]
 
 
-def _init_worker(fitness: Fitness) -> None:
-    global _WORKER_FITNESS
-    _WORKER_FITNESS = fitness
-
-
-def _call_worker(args: tuple[np.ndarray, int]) -> float:
-    assert _WORKER_FITNESS is not None
-    return float(_WORKER_FITNESS(*args))
+_BUILT: dict[str, Fitness] = {}
 
 
 def run_sep_cma(
@@ -70,9 +79,11 @@ def run_sep_cma(
     x0: np.ndarray,
     config: ESConfig = ESConfig(),
     on_generation: Callable[[GenerationStats], None] | None = None,
+    executor: Executor | None = None,
 ) -> ESResult:
     """Maximise `fitness` from `x0`. Each generation the incumbent (x0 at first) is scored on the same batch
-    as the candidates and replaced only by one that beats it there, so batch luck does not pick the result."""
+    as the candidates and replaced only by one that beats it there, so batch luck does not pick the result.
+    Without an `executor`, `config.processes` spawned processes (or this one) score the candidates."""
     import cma
 
     x0 = np.asarray(x0, dtype=np.float64)
@@ -84,13 +95,16 @@ def run_sep_cma(
         "maxiter": config.generations,
     }
     es = cma.CMAEvolutionStrategy(x0, config.sigma0, opts)
-    pool = _pool(fitness, config.processes)
+    own = executor is None
+    runner = executor or make_executor(config.processes)
+    width = max(1, config.processes)
     best_x, best_f, x0_f = x0.copy(), -math.inf, -math.inf
     history: list[GenerationStats] = []
     try:
         for gen in range(config.generations):
             cands = [np.asarray(c) for c in es.ask()]
-            scores = _evaluate(fitness, pool, [x0, best_x, *cands], gen)
+            pairs = [(x, gen) for x in [x0, best_x, *cands]]
+            scores = [f for part in runner.map(_Chunk(fitness), chunked(pairs, width)) for f in part]
             anchor, held, fits = scores[0], scores[1], scores[2:]
             es.tell(cands, [-f for f in fits])
             if gen == 0:
@@ -108,38 +122,28 @@ def run_sep_cma(
             if on_generation is not None:
                 on_generation(stats)
     finally:
-        if pool is not None:
-            pool.terminate()
-            pool.join()
+        if own:
+            runner.close()
     return ESResult(best_x, float(best_f), float(x0_f), history)
-
-
-def _pool(fitness: Fitness, processes: int) -> Any:
-    if processes <= 1:
-        return None
-    ctx = mp.get_context("spawn")  # fork after torch has started threads can deadlock
-    return ctx.Pool(processes, initializer=_init_worker, initargs=(fitness,))
-
-
-def _evaluate(fitness: Fitness, pool: Any, xs: list[np.ndarray], gen: int) -> list[float]:
-    if pool is None:
-        return [float(fitness(x, gen)) for x in xs]
-    return list(pool.map(_call_worker, [(x, gen) for x in xs]))
 
 
 @dataclass
 class OfflineFitness:
-    """Mean reward (minus λ × mean cost) of a candidate router's choices on a sampled batch of recorded tasks.
+    """Mean utility (normalised reward − λ·USD, given as `util`) of a candidate router's choices on a sampled
+    batch of recorded prompts, choosing as the checkpoint will at its λ (`checkpoint.Decision`): argmax of
+    prior + shrink·(τ·log q centred per prompt − centre) over the workers measured on the prompt (without a
+    prior: the raw head).
 
     The vector is the head's parameters followed by the SVF offsets (`param_vector` order). Without SVF the
     prompt features are fixed (`features`); with SVF they are recomputed from cached inputs of the last
     block(s) (`batches`), and descriptions go through the changed backbone, as at serving time."""
 
     head_config: dict[str, Any]
-    reward: np.ndarray  # [N, W]
-    unit_cost: np.ndarray  # [W] mean cost per worker on the training part
-    utility_scale: float  # τ × reward scale: turns log-probabilities into reward units
-    lam: float = 0.0
+    util: np.ndarray  # [N, W] utility at the checkpoint's λ; NaN where a worker was not measured
+    tau: float = 0.1
+    shrink: float | np.ndarray = 1.0  # [W] or one for all
+    prior: np.ndarray | None = None  # [W]
+    centre: np.ndarray | None = None  # [W]
     per_generation: int = 64  # prompts per fitness call (all of them when <= 0)
     seed: int = 0
     features: np.ndarray | None = None  # [N, H]
@@ -150,6 +154,7 @@ class OfflineFitness:
     max_tokens: int = 128
     batches: list[Any] | None = None  # [BlockBatch] when SVF is in the vector
     n_blocks: int = 1
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
     _state: Any = field(default=None, repr=False)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -167,10 +172,14 @@ class OfflineFitness:
             else:
                 desc = torch.from_numpy(np.asarray(self.desc, dtype=np.float32))
             logp = torch.log_softmax(head(feats, desc), dim=-1).double().numpy()
-        util = self.utility_scale * logp - self.lam * self.unit_cost[None, :]
-        choice = util.argmax(axis=1)
-        gain = self.reward[rows, choice] - self.lam * self.unit_cost[choice]
-        return float(gain.mean())
+        util = self.util[rows]
+        est = self.tau * np.where(np.isnan(util), np.nan, logp)
+        est = est - np.nanmean(est, axis=1, keepdims=True)
+        if self.prior is not None:
+            centre = np.zeros(util.shape[1]) if self.centre is None else self.centre
+            est = self.prior[None, :] + np.asarray(self.shrink) * (est - centre[None, :])
+        choice = np.where(np.isnan(util), -np.inf, est).argmax(axis=1)
+        return float(util[np.arange(len(rows)), choice].mean())
 
     def _features(self, backbone: Any, generation: int) -> tuple[Any, np.ndarray]:
         import torch

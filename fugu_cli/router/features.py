@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -106,3 +107,22 @@ def describe(
 ) -> torch.Tensor:
     """[W, D] description embeddings (the `desc` input of the head)."""
     return backbone.encode(texts, max_length=max_tokens)
+
+
+class Described(Protocol):
+    """A worker as far as its description embedding goes (a pool Worker or a checkpoint's worker)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def model(self) -> str | None: ...
+
+
+def description_embeddings(
+    backbone: Backbone, workers: Sequence[Described], max_tokens: int = DEFAULT_MAX_TOKENS
+) -> torch.Tensor:
+    """[W, D] exactly as LearnedRouter computes them for known workers."""
+    texts = [description_text(w.name, w.description, w.model) for w in workers]
+    return describe(backbone, texts, max_tokens=max_tokens)

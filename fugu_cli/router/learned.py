@@ -1,17 +1,21 @@
 """The learned router: backbone features + selection head, re-asked before every step (fugu mode).
 
-Scores every worker in the pool (unseen ones from their descriptions), masks the excluded, subtracts
-λ·expected cost (switching workers pays full prefill, staying reads the cached prefix), and picks the best.
-Imports torch: import this module lazily. Never prints.
+Scores every worker in the pool (unseen ones from their descriptions) by the checkpoint's `Decision`, the same
+utility `fugu router eval` judges (normalised reward − λ·USD), masks the excluded, and picks the best. λ is
+the session's `cost_weight` in reward per USD (default: the checkpoint's own λ). The head already charges each
+known worker λ_ckpt × its training cost per task; a session with another λ adds (λ − λ_ckpt) × the worker's
+expected cost, estimated from token counts and prices for this step and scaled to a task by what the
+checkpoint's workers cost per task against their step estimate here. Staying with the last worker earns λ ×
+the cached-prefix saving. Imports torch: import this module lazily. Never prints.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from fugu_cli.errors import ConfigError
@@ -31,17 +35,22 @@ OUTPUT_TOKENS = 400  # a typical step's reply
 
 
 class LearnedRouter:
-    """`Router` backed by a checkpoint. `cost_weight` λ is in logits: the priciest worker of the pool for this
-    step loses λ, the others λ·(their cost / the priciest one's)."""
+    """`Router` backed by a checkpoint. `cost_weight` is λ in reward per USD, the unit of `fugu router train
+    --lambda` and of eval's λ sweep; None means the checkpoint's own λ."""
 
     def __init__(
-        self, backbone: Backbone, head: SelectionHead, meta: RouterCheckpoint, *, cost_weight: float = 0.0
+        self,
+        backbone: Backbone,
+        head: SelectionHead,
+        meta: RouterCheckpoint,
+        *,
+        cost_weight: float | None = None,
     ) -> None:
         self.backbone = backbone
         self.head = head
         head.eval()
         self.meta = meta
-        self.cost_weight = cost_weight
+        self.cost_weight = meta.decision.lam if cost_weight is None else cost_weight
         self.name = "learned"
         self.encoder = TranscriptEncoder(backbone, max_tokens=meta.max_tokens, step_tokens=meta.step_tokens)
         self._known = {w.name: i for i, w in enumerate(meta.workers)}
@@ -53,7 +62,7 @@ class LearnedRouter:
         cls,
         path: Path | str,
         *,
-        cost_weight: float = 0.0,
+        cost_weight: float | None = None,
         threads: int | None = 2,
         backbone: Backbone | None = None,
     ) -> LearnedRouter:
@@ -96,22 +105,35 @@ class LearnedRouter:
             out: torch.Tensor = self.head(h[None], desc, known=known)[0]
         return out
 
+    def utilities(self, state: RouteState, pool: Sequence[Worker]) -> np.ndarray:
+        """[W] the utility of each pool worker for the next step (no mask): what `pick` maximises."""
+        return self._utilities(self._logits(self.encoder.encode(state.messages), pool), state, pool)
+
+    def _utilities(self, logits: torch.Tensor, state: RouteState, pool: Sequence[Worker]) -> np.ndarray:
+        d = self.meta.decision
+        known = np.array([self._index(w) for w in pool])
+        logp = torch.log_softmax(logits.double(), dim=0).numpy()[None, :]
+        lam = self.cost_weight
+        util = d.base(logp, known, lam)[0]  # the shrink of the session's λ, as eval's sweep uses it
+        if lam == 0 and d.lam == 0:
+            return np.asarray(util)
+        fresh = np.array(expected_costs(state, pool, cached=False))
+        staying = np.array(expected_costs(state, pool))
+        per_task = fresh * _task_ratio(d.costs(known, np.zeros(len(pool))), known, fresh)
+        charge = np.where(known >= 0, lam - d.lam, lam) * per_task
+        return np.asarray(util - charge + lam * (fresh - staying))
+
     def pick(self, state: RouteState, pool: Sequence[Worker]) -> RouteDecision:
         start = time.perf_counter()
-        live = [w.name not in state.excluded for w in pool]
-        if not any(live):
+        live = np.array([w.name not in state.excluded for w in pool])
+        if not live.any():
             raise LookupError("every worker in the pool is excluded")
         h = self.encoder.encode(state.messages)  # [H]
-        logits = self._logits(h, pool)
-        adjusted = logits.clone()
-        if self.cost_weight:
-            costs = expected_costs(state, pool)
-            top = max((c for c, ok in zip(costs, live, strict=True) if ok), default=0.0)
-            if top > 0:
-                adjusted -= self.cost_weight * torch.tensor(costs, dtype=adjusted.dtype) / top
-        adjusted[~torch.tensor(live)] = -math.inf
-        probs = torch.softmax(adjusted, dim=0)
-        best = int(torch.argmax(adjusted))  # first maximum: ties go to the earlier worker in the pool
+        util = self._utilities(self._logits(h, pool), state, pool)
+        masked = np.where(live, util, -np.inf)
+        best = int(np.argmax(masked))  # first maximum: ties go to the earlier worker in the pool
+        z = (masked - masked[best]) / max(self.meta.decision.tau, 1e-6)
+        probs = np.exp(z) / np.exp(z).sum()
         role = None
         if self.head.roles is not None:
             with torch.inference_mode():
@@ -122,8 +144,7 @@ class LearnedRouter:
             source="learned",
             latency_ms=(time.perf_counter() - start) * 1000,
             role=role,
-            reason=f"logit {float(logits[best]):.3f}"
-            + (f", λ={self.cost_weight:g}" if self.cost_weight else ""),
+            reason=f"utility {float(util[best]):.3f}, λ={self.cost_weight:g}",
         )
 
     def _index(self, worker: Worker) -> int:
@@ -151,23 +172,31 @@ class LearnedRouter:
         return description_text(worker.name, trained or worker.description, worker.model)
 
 
-def expected_costs(state: RouteState, pool: Sequence[Worker]) -> list[float]:
+def expected_costs(state: RouteState, pool: Sequence[Worker], *, cached: bool = True) -> list[float]:
     """USD each worker would likely spend on the next step. The worker that took the last step reads the
-    transcript up to its own last message at the cached price; anyone else pays full prefill for all of it."""
+    transcript up to its own last message at the cached price (unless `cached` is False); anyone else pays
+    full prefill for all of it."""
     sizes = [_tokens(m) for m in state.messages]
     total = PROMPT_OVERHEAD_TOKENS + sum(sizes)
     mine = [i for i, m in enumerate(state.messages) if m.worker and m.worker == state.last_worker]
     if not mine and state.last_worker:  # no attribution recorded: its last reply is the last assistant one
         mine = [i for i, m in enumerate(state.messages) if m.role == "assistant"]
-    cached = PROMPT_OVERHEAD_TOKENS + sum(sizes[: mine[-1] + 1]) if mine else 0
+    cached_tokens = PROMPT_OVERHEAD_TOKENS + sum(sizes[: mine[-1] + 1]) if mine else 0
     out = []
     for w in pool:
         p_in, p_out = w.price_in or 0.0, w.price_out or 0.0
         p_cached = w.price_cached if w.price_cached is not None else CACHED_INPUT_FACTOR * p_in
-        prefix = cached if w.name == state.last_worker else 0
+        prefix = cached_tokens if cached and w.name == state.last_worker else 0
         out.append((p_in * (total - prefix) + p_cached * prefix + p_out * OUTPUT_TOKENS) / 1e6)
     return out
 
 
 def _tokens(message: Message) -> int:
     return len(message.as_line()) // 4 + 4
+
+
+def _task_ratio(task_cost: np.ndarray, known: np.ndarray, step_cost: np.ndarray) -> float:
+    """How many of this step's estimated dollars one task cost, judged on the pool's known workers: the
+    median of (training cost per task / step estimate here). 1 when no known worker has both."""
+    ok = (known >= 0) & (task_cost > 0) & (step_cost > 0)
+    return float(np.median(task_cost[ok] / step_cost[ok])) if ok.any() else 1.0

@@ -1,40 +1,47 @@
-"""Router training stage 1: soft-label KL targets, then only the head and SVF scales are fitted.
+"""Router training stage 1: soft labels from the one objective, then only the head (and SVF scales) fitted.
 
-Phase A fits the head on cached prompt features (seconds); phase B fine-tunes head + SVF scales of the
-last backbone block(s) from cached block inputs, kept only if it lowers dev KL. Stage 2 (sep-CMA-ES, `es.py`)
-starts from the result; `trainer.py` runs the stages for `fugu router train`. Imports torch: import lazily.
-Never prints: progress goes to `on_log`.
+Targets are p_i = softmax(ũ_i / τ) over the workers measured on prompt i, with ũ = (1 − α)·u + α·(the
+worker's mean u) and u = normalised reward − λ·USD (`objective.py`). α is chosen by the held-out utility of
+calibrated decisions (`calibrate.py`) over the λ sweep: out-of-fold on k inner folds of the training part
+(small data), or on a 10% dev part (large data). The final head is fitted on 90% with early stopping on the
+rest; phase B (`svf_train.py`) may then fine-tune SVF scales. Stage 2 (`trainer.py`) starts from the result.
+Imports torch: import lazily. Never prints: progress goes to `on_log`.
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from fugu_cli.errors import UsageError
 from fugu_cli.router.backbone import Backbone, load_backbone
-from fugu_cli.router.checkpoint import CheckpointWorker
-from fugu_cli.router.data import RewardMatrix, dev_split
-from fugu_cli.router.embed_cache import (
-    BlockBatch,
-    block_features,
-    blocks_needed,
-    capture_block_inputs,
-    encode_prompts,
+from fugu_cli.router.calibrate import (
+    CONFIDENCE_Z,
+    DEFAULT_SHRINKS,
+    Calibrated,
+    calibrate,
+    centred,
+    col_mean,
 )
-from fugu_cli.router.features import describe, description_text
+from fugu_cli.router.checkpoint import CheckpointWorker, Decision
+from fugu_cli.router.data import RewardMatrix, mean_costs
+from fugu_cli.router.describe import describe_workers
+from fugu_cli.router.embed_cache import encode_prompts
+from fugu_cli.router.executor import Executor
+from fugu_cli.router.features import description_embeddings
 from fugu_cli.router.head import HeadConfig, SelectionHead
-from fugu_cli.router.svf import SVFState, apply_svf
+from fugu_cli.router.objective import lambda_grid, task_scales, utility
+from fugu_cli.router.svf import SVFState
+from fugu_cli.router.svf_train import fit_svf, kl_loss, svf_digest
 
 Log = Callable[[str], None]
 
@@ -42,10 +49,17 @@ Log = Callable[[str], None]
 @dataclass(frozen=True)
 class TrainConfig:
     backbone: str = "minilm"
-    tau: float = 0.1  # softmax temperature of the targets, in units of (reward / reward scale)
-    # One outcome per (prompt, worker) is a noisy sample: targets use (1-α)·r + α·(the worker's mean reward),
-    # with α picked from this grid by dev reward (the first α wins ties).
-    shrink: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75)
+    lam: float = 0.0  # λ, reward per USD: the objective the targets, selection and stage 2 use
+    # Softmax temperatures of the targets (normalised-utility units) and, since one outcome per (prompt,
+    # worker) is a noisy sample, shrinkage α of the targets toward the worker's mean: ũ = (1-α)·u + α·mean u.
+    # The (α, τ) pair is picked from these grids by held-out utility (the first pair wins ties).
+    taus: tuple[float, ...] = (0.05, 0.1, 0.2)
+    alphas: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75)
+    shrinks: tuple[float, ...] = DEFAULT_SHRINKS  # decision shrink toward the best single (calibrate.py)
+    confidence_z: float = CONFIDENCE_Z  # standard errors a shrink's held-out gain must clear
+    select_folds: int = 5  # inner folds for choosing α and the shrinks; 1: the dev part
+    cv_max_rows: int = 20_000  # above this many training prompts, choose on the dev part
+    describe_tasks: bool = True  # worker descriptions name the tasks a worker is strong on
     rank: int = 12
     lr: float = 3e-3
     weight_decay: float = 1e-2
@@ -63,6 +77,18 @@ class TrainConfig:
     cache_dir: Path | None = None
 
 
+@dataclass(frozen=True)
+class Part:
+    """Some training rows: features, utilities at λ (NaN where unmeasured), and the measured mask."""
+
+    x: torch.Tensor  # [N, H]
+    util: np.ndarray  # [N, W]
+
+    @property
+    def mask(self) -> torch.Tensor:
+        return torch.from_numpy(~np.isnan(self.util))
+
+
 @dataclass
 class Trained:
     """What stage 1 (and 2) produce; `svf` offsets live on `backbone.model`."""
@@ -71,162 +97,234 @@ class Trained:
     head: SelectionHead
     svf: SVFState | None
     workers: tuple[CheckpointWorker, ...]
-    scale: float  # reward scale the targets were divided by
+    decision: Decision
+    scales: dict[str, float]
+    fit: Part  # the rows the final head was fitted on, and its early-stopping dev rows (stage 2 reuses them)
+    dev: Part
+    desc: torch.Tensor  # [W, D] description embeddings of `workers`
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
-def reward_scale(reward: np.ndarray) -> float:
-    return max(1.0, float(np.nanmax(np.abs(reward)))) if reward.size else 1.0
-
-
-def soft_targets(reward: np.ndarray, tau: float, scale: float = 1.0) -> np.ndarray:
-    """[N, W] p_i = softmax(r_i / (scale·τ))."""
-    z = reward / (scale * tau)
+def soft_targets(util: np.ndarray, tau: float) -> np.ndarray:
+    """[N, W] p_i = softmax(u_i / τ) over the measured (non-NaN) workers of each row."""
+    z = np.where(np.isnan(util), -np.inf, util / tau)
     z = z - z.max(axis=1, keepdims=True)
     e = np.exp(z)
     return np.asarray(e / e.sum(axis=1, keepdims=True))
 
 
-def task_scales(data: RewardMatrix) -> dict[str, float]:
-    """Reward scale per task: benchmarks on a 1-10 judge scale must not flatten the 0/1 ones beside them."""
-    tasks = np.array(data.tasks)
-    return {t: reward_scale(data.reward[tasks == t]) for t in set(data.tasks)}
+def shrunk_targets(util: np.ndarray, prior: np.ndarray, alpha: float, tau: float) -> torch.Tensor:
+    return torch.from_numpy(soft_targets((1.0 - alpha) * util + alpha * prior[None, :], tau)).float()
 
 
-def _scaled(part: RewardMatrix, scales: dict[str, float], default: float) -> np.ndarray:
-    rows = np.array([scales.get(t, default) for t in part.tasks])
-    return np.asarray(part.reward / rows[:, None]) if part.n else part.reward
-
-
-def _targets(
-    part: RewardMatrix,
-    *,
-    prior: np.ndarray,
-    alpha: float,
-    tau: float,
-    scales: dict[str, float],
-    default: float,
-) -> torch.Tensor:
-    shrunk = (1.0 - alpha) * _scaled(part, scales, default) + alpha * prior[None, :]
-    return torch.from_numpy(soft_targets(shrunk, tau)).float()
-
-
-def kl_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Mean over rows of KL(target ‖ softmax(logits))."""
-    return F.kl_div(F.log_softmax(logits, dim=-1), target, reduction="batchmean")
-
-
-def describe_workers(
-    data: RewardMatrix, models: dict[str, str] | None = None, top_tasks: int = 3
-) -> tuple[CheckpointWorker, ...]:
-    """Descriptions built from the data: display name, organisation, and the tasks the worker does best."""
-    out = []
-    tasks = np.array(data.tasks)
-    names = sorted(set(data.tasks) - {""})
-    for j, w in enumerate(data.workers):
-        info = data.worker_info.get(w, {})
-        display = info.get("name") or w.split("/")[-1]
-        org = next((p[5:] for p in info.get("tags", "").split("|") if p.startswith("Org: ")), "")
-        rel = [(data.reward[tasks == t, j].mean() - data.reward[tasks == t].mean(), t) for t in names]
-        strong = [t for gain, t in sorted(rel, reverse=True)[:top_tasks] if gain > 0]
-        text = display + (f" by {org}" if org else "") + f"; mean reward {np.mean(data.reward[:, j]):.2f}"
-        if strong:
-            text += "; relatively strong on " + ", ".join(strong)
-        out.append(CheckpointWorker(w, text, (models or {}).get(w)))
-    return tuple(out)
-
-
-def description_embeddings(
-    backbone: Backbone, workers: Sequence[CheckpointWorker], max_tokens: int
-) -> torch.Tensor:
-    """[W, D] exactly as LearnedRouter computes them for known workers."""
-    return describe(
-        backbone, [description_text(w.name, w.description, w.model) for w in workers], max_tokens=max_tokens
-    )
-
-
-def train_stage1(train: RewardMatrix, cfg: TrainConfig, on_log: Log | None = None) -> Trained:
-    """Fit head (and SVF scales) to softmax(r/τ) targets with AdamW and dev early stopping."""
+def train_stage1(
+    train: RewardMatrix, cfg: TrainConfig, on_log: Log | None = None, executor: Executor | None = None
+) -> Trained:
+    """Choose α and the decision on held-out rows, fit the final head (and SVF scales), calibrate it."""
     log = on_log or (lambda _m: None)
     if train.texts is None:
         raise UsageError(f"{train.name} has no prompt text: a text router cannot learn from it.")
     torch.manual_seed(cfg.seed)
     backbone = load_backbone(cfg.backbone, threads=cfg.threads)
-    fit, dev = dev_split(train, cfg.dev_fraction, cfg.seed)
     t0 = time.perf_counter()
     feats = encode_prompts(
-        backbone, train.texts, max_tokens=cfg.max_tokens, cache_dir=cfg.cache_dir, on_progress=_progress(log)
+        backbone,
+        train.texts,
+        max_tokens=cfg.max_tokens,
+        cache_dir=cfg.cache_dir,
+        on_progress=_progress(log),
+        executor=executor,
     )
     log(f"features: {train.n} prompts in {time.perf_counter() - t0:.1f}s")
-    pos = {p: i for i, p in enumerate(train.prompt_ids)}
-    x_fit = torch.from_numpy(feats[[pos[p] for p in fit.prompt_ids]])
-    x_dev = torch.from_numpy(feats[[pos[p] for p in dev.prompt_ids]])
-    scale = reward_scale(train.reward)
     scales = task_scales(train)
-    prior = _scaled(fit, scales, scale).mean(0)
-    workers = describe_workers(train)
+    rows = Rows(torch.from_numpy(feats), utility(train, cfg.lam, scales), train.costs())
+    (chosen, tau), cal, metrics = select(backbone, train, rows, cfg, log)
+    fit_idx, dev_idx = dev_indices(train.n, cfg)
+    fit, dev = rows.part(fit_idx), rows.part(dev_idx)
+    workers = describe_workers(train.subset(fit_idx), tasks=cfg.describe_tasks)  # fit only: no dev leak
     desc = description_embeddings(backbone, workers, cfg.max_tokens)
-    t1 = time.perf_counter()
-    best: tuple[float, float, SelectionHead, float, int] | None = None
-    for alpha in cfg.shrink or (0.0,):
-        torch.manual_seed(cfg.seed)
-        head = SelectionHead(
-            HeadConfig(backbone.hidden_size, backbone.hidden_size, rank=cfg.rank, n_known=len(workers))
-        )
-        targets = partial(_targets, prior=prior, alpha=alpha, tau=cfg.tau, scales=scales, default=scale)
-        dev_kl, epochs = fit_head(head, desc, x_fit, targets(fit), x_dev, targets(dev), cfg)
-        with torch.no_grad():
-            picks = head(x_dev, desc).argmax(1).numpy()
-        dev_reward = float(dev.reward[np.arange(dev.n), picks].mean()) if dev.n else 0.0
-        log(f"phase A (head), α={alpha}: dev KL {dev_kl:.4f}, dev reward {dev_reward:.4f}, {epochs} epochs")
-        if best is None or dev_reward > best[0] + 1e-12:
-            best = (dev_reward, alpha, head, dev_kl, epochs)
-    assert best is not None
-    dev_reward, alpha, head, dev_kl, epochs = best
-    targets = partial(_targets, prior=prior, alpha=alpha, tau=cfg.tau, scales=scales, default=scale)
-    metrics: dict[str, Any] = {
-        "shrink": alpha,
-        "dev_reward_head": dev_reward,
-        "dev_kl_head": dev_kl,
-        "head_epochs": epochs,
-        "head_seconds": time.perf_counter() - t1,
-    }
+    head = new_head(backbone, desc.shape[0], cfg)
+    targets = tuple(shrunk_targets(p.util, cal_prior(fit), chosen, tau) for p in (fit, dev))
+    fit_head(head, desc, fit, dev, targets, cfg)
     svf = None
     if cfg.svf_targets:
-        svf = apply_svf(backbone.model, list(cfg.svf_targets))
         t2 = time.perf_counter()
-        kept, dev_kl_svf = fit_svf(backbone, svf, head, workers, fit, dev, targets, cfg, log)
-        metrics.update(dev_kl_svf=dev_kl_svf, svf_kept=kept, svf_seconds=time.perf_counter() - t2)
-        if not kept:
-            svf = None
+        masks = (fit.mask, dev.mask)
+        parts = (train.subset(fit_idx), train.subset(dev_idx))
+        svf, dev_kl_svf = fit_svf(backbone, head, workers, parts, targets, masks, cfg, log)
+        metrics.update(dev_kl_svf=dev_kl_svf, svf_kept=svf is not None, svf_seconds=time.perf_counter() - t2)
+        if svf is not None:  # the head reads new features now
+            digest = svf_digest(svf.state_dict())
+            new = encode_prompts(
+                backbone, train.texts, max_tokens=cfg.max_tokens, cache_dir=cfg.cache_dir, variant=digest
+            )
+            rows = Rows(torch.from_numpy(new), rows.util, rows.cost)
+            fit, dev = rows.part(fit_idx), rows.part(dev_idx)
+            desc = description_embeddings(backbone, workers, cfg.max_tokens)
+    decision = make_decision(head, desc, rows, cal, (cfg.lam, tau), mean_costs(train))
     metrics["stage1_seconds"] = time.perf_counter() - t0
-    return Trained(backbone, head, svf, workers, scale, metrics)
+    return Trained(backbone, head, svf, workers, decision, scales, fit, dev, desc, metrics)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """All training rows: features [N, H], utility at λ [N, W], USD cost [N, W]."""
+
+    x: torch.Tensor
+    util: np.ndarray
+    cost: np.ndarray
+
+    def part(self, idx: np.ndarray) -> Part:
+        return Part(self.x[torch.from_numpy(idx)], self.util[idx])
+
+
+def cal_prior(part: Part) -> np.ndarray:
+    """[W] the workers' mean utility (0 where never measured): the shrinkage target of α."""
+    return col_mean(part.util)
+
+
+def dev_indices(n: int, cfg: TrainConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The fit / dev split of the training rows (as `splits.dev_split`, by index)."""
+    order = np.random.default_rng(cfg.seed + 7919).permutation(n)
+    n_dev = max(1, round(n * cfg.dev_fraction)) if n > 1 else 0
+    return np.sort(order[n_dev:]), np.sort(order[:n_dev])
+
+
+def selection_folds(n: int, cfg: TrainConfig) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(fit, held-out) row indices: k inner folds for small data, else the dev part alone."""
+    if cfg.select_folds <= 1 or n > cfg.cv_max_rows or n < 2 * cfg.select_folds:
+        return [dev_indices(n, cfg)]
+    order = np.random.default_rng(cfg.seed + 104729).permutation(n)
+    folds = np.array_split(order, cfg.select_folds)
+    return [
+        (np.sort(np.concatenate(folds[:f] + folds[f + 1 :])), np.sort(folds[f])) for f in range(len(folds))
+    ]
+
+
+def select(
+    backbone: Backbone, train: RewardMatrix, rows: Rows, cfg: TrainConfig, log: Log
+) -> tuple[tuple[float, float], Calibrated, dict[str, Any]]:
+    """For every (α, τ): out-of-fold τ·log q of heads that never saw those rows, calibrated over the λ sweep;
+    the pair with the best held-out utility wins (ties: the earlier in the grids)."""
+    t1 = time.perf_counter()
+    mean_cost = mean_costs(train)
+    grid = lambda_grid(mean_cost, extra=(cfg.lam,))
+    prior = col_mean(rows.util)
+    folds = selection_folds(train.n, cfg)
+    held = np.sort(np.concatenate([h for _, h in folds]))
+    best: tuple[tuple[float, float], Calibrated] | None = None
+    for alpha, tau in itertools.product(cfg.alphas or (0.0,), cfg.taus or (0.1,)):
+        est = np.full_like(rows.util, np.nan)
+        for fit_idx, held_idx in folds:
+            workers = describe_workers(train.subset(fit_idx), tasks=cfg.describe_tasks)
+            desc = description_embeddings(backbone, workers, cfg.max_tokens)
+            fit, out = rows.part(fit_idx), rows.part(held_idx)
+            head = new_head(backbone, desc.shape[0], cfg)
+            targets = tuple(shrunk_targets(p.util, cal_prior(fit), alpha, tau) for p in (fit, out))
+            fit_head(head, desc, fit, out, targets, cfg)
+            est[held_idx] = tau * log_probs(head, desc, out)
+        cal = calibrate(
+            est[held],
+            rows.util[held],
+            rows.cost[held],
+            prior=prior,
+            mean_cost=mean_cost,
+            lam0=cfg.lam,
+            grid=grid,
+            shrinks=cfg.shrinks,
+            z=cfg.confidence_z,
+        )
+        shrinks = " | ".join(
+            ", ".join(f"{lam:.3g}: {s:g}" for lam, s in t) for t in cal.group_shrinks or (cal.shrinks,)
+        )
+        log(
+            f"α={alpha}, τ={tau}: held-out utility {cal.score:.4f} over {len(grid)} λ ({len(folds)} folds); "
+            f"shrinks {shrinks}"
+        )
+        if best is None or cal.score > best[1].score + 1e-12:
+            best = ((alpha, tau), cal)
+    assert best is not None
+    (alpha, tau), cal = best
+    metrics: dict[str, Any] = {
+        "alpha": alpha,
+        "tau": tau,
+        "selection_folds": len(folds),
+        "held_out_utility": cal.score,
+        "decision_options": cal.options,
+        "raw_head": cal.raw,
+        "shrinks": [list(x) for x in cal.shrinks],
+        "group_shrinks": [[list(x) for x in t] for t in cal.group_shrinks],
+        "selection_seconds": time.perf_counter() - t1,
+    }
+    return (alpha, tau), cal, metrics
+
+
+def make_decision(
+    head: SelectionHead,
+    desc: torch.Tensor,
+    rows: Rows,
+    cal: Calibrated,
+    lam_tau: tuple[float, float],
+    mean_cost: np.ndarray,
+) -> Decision:
+    """The checkpoint's decision rule: the calibrated prior and shrinks around the final head's own mean."""
+    lam, tau = lam_tau
+    costs = tuple(float(c) for c in mean_cost)
+    if cal.raw:
+        return Decision(lam=lam, tau=tau, mean_cost=costs)
+    est = tau * log_probs(head, desc, Part(rows.x, rows.util))
+    centre = col_mean(np.where(np.isnan(rows.util), np.nan, centred(est, rows.util)))
+    return Decision(
+        lam,
+        tau,
+        cal.prior,
+        tuple(float(c) for c in centre),
+        cal.shrinks,
+        costs,
+        cal.group_shrinks,
+        cal.worker_group,
+    )
+
+
+def new_head(backbone: Backbone, n_known: int, cfg: TrainConfig) -> SelectionHead:
+    torch.manual_seed(cfg.seed)
+    return SelectionHead(
+        HeadConfig(backbone.hidden_size, backbone.hidden_size, rank=cfg.rank, n_known=n_known)
+    )
+
+
+def log_probs(head: SelectionHead, desc: torch.Tensor, part: Part) -> np.ndarray:
+    """[N, W] the head's log q over the measured workers of each row (-inf elsewhere)."""
+    with torch.no_grad():
+        logits = head(part.x, desc).masked_fill(~part.mask, -math.inf)
+        return np.asarray(torch.log_softmax(logits, dim=-1).double().numpy())
 
 
 def fit_head(
     head: SelectionHead,
     desc: torch.Tensor,
-    x_fit: torch.Tensor,
-    p_fit: torch.Tensor,
-    x_dev: torch.Tensor,
-    p_dev: torch.Tensor,
+    fit: Part,
+    dev: Part,
+    targets: tuple[torch.Tensor, ...],
     cfg: TrainConfig,
 ) -> tuple[float, int]:
     """Minibatch AdamW on frozen features; restores the best-dev weights. Returns (best dev KL, epochs)."""
+    p_fit, p_dev = targets
+    m_fit, m_dev = fit.mask, dev.mask
     opt = torch.optim.AdamW(head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed)
     best, best_state, stale, ran = math.inf, copy.deepcopy(head.state_dict()), 0, 0
     for epoch in range(1, cfg.epochs + 1):
         ran = epoch
         head.train()
-        for idx in torch.randperm(len(x_fit), generator=gen).split(cfg.batch_size):
-            loss = kl_loss(head(x_fit[idx], desc), p_fit[idx])
+        for idx in torch.randperm(len(fit.x), generator=gen).split(cfg.batch_size):
+            loss = kl_loss(head(fit.x[idx], desc), p_fit[idx], m_fit[idx])
             opt.zero_grad()
             loss.backward()
             opt.step()
         head.eval()
         with torch.no_grad():
-            dev_kl = float(kl_loss(head(x_dev, desc), p_dev)) if len(x_dev) else float(loss)
+            dev_kl = float(kl_loss(head(dev.x, desc), p_dev, m_dev)) if len(dev.x) else float(loss)
         if dev_kl < best - 1e-5:
             best, best_state, stale = dev_kl, copy.deepcopy(head.state_dict()), 0
         else:
@@ -234,78 +332,8 @@ def fit_head(
             if stale >= cfg.patience:
                 break
     head.load_state_dict(best_state)
+    head.eval()
     return best, ran
-
-
-def fit_svf(
-    backbone: Backbone,
-    svf: SVFState,
-    head: SelectionHead,
-    workers: Sequence[CheckpointWorker],
-    fit: RewardMatrix,
-    dev: RewardMatrix,
-    targets: Callable[[RewardMatrix], torch.Tensor],
-    cfg: TrainConfig,
-    log: Log,
-) -> tuple[bool, float]:
-    """Phase B: head + SVF scales on cached inputs of the last block(s). Kept only if dev KL improves."""
-    assert fit.texts is not None and dev.texts is not None
-    rng = np.random.default_rng(cfg.seed)
-    n_blocks = blocks_needed(backbone.model, svf.targets)
-    fit_rows = np.sort(rng.permutation(fit.n)[: cfg.svf_prompts])
-    dev_rows = np.sort(rng.permutation(dev.n)[: max(1, cfg.svf_prompts // 4)])
-    fit_b = capture_block_inputs(
-        backbone, [fit.texts[i] for i in fit_rows], fit_rows, n_blocks, max_tokens=cfg.max_tokens
-    )
-    dev_b = capture_block_inputs(
-        backbone, [dev.texts[i] for i in dev_rows], dev_rows, n_blocks, max_tokens=cfg.max_tokens
-    )
-    p_fit, p_dev = targets(fit), targets(dev)
-    desc_texts = [description_text(w.name, w.description, w.model) for w in workers]
-
-    def dev_loss() -> float:
-        with torch.no_grad():
-            desc = backbone.encode(desc_texts, max_length=cfg.max_tokens)
-            tot = sum(
-                float(kl_loss(head(_feats(backbone, b, n_blocks), desc), p_dev[b.rows])) * len(b.rows)
-                for b in dev_b
-            )
-        return tot / sum(len(b.rows) for b in dev_b)
-
-    start = best = dev_loss()
-    head_state, svf_state = copy.deepcopy(head.state_dict()), svf.state_dict()
-    groups = [
-        {"params": list(head.parameters()), "lr": cfg.svf_lr / 10},
-        {"params": list(svf.parameters()), "lr": cfg.svf_lr},
-    ]
-    opt = torch.optim.AdamW(groups, weight_decay=0.0)
-    for epoch in range(1, cfg.svf_epochs + 1):
-        for bi in rng.permutation(len(fit_b)):
-            b = fit_b[bi]
-            desc = backbone.encode(desc_texts, max_length=cfg.max_tokens, grad=True)
-            loss = kl_loss(head(_feats(backbone, b, n_blocks, grad=True), desc), p_fit[b.rows])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        now = dev_loss()
-        log(f"phase B (SVF) epoch {epoch}: dev KL {now:.4f} (start {start:.4f})")
-        if now < best - 1e-5:
-            best, head_state, svf_state = now, copy.deepcopy(head.state_dict()), svf.state_dict()
-    head.load_state_dict(head_state)
-    svf.load_state_dict(svf_state)
-    kept = best < start - 1e-5
-    if not kept:
-        svf.load_state_dict({k: torch.zeros_like(v) for k, v in svf_state.items()})
-    return kept, best
-
-
-def _feats(backbone: Backbone, batch: BlockBatch, n_blocks: int, grad: bool = False) -> torch.Tensor:
-    if grad:
-        out: torch.Tensor = block_features(backbone, batch, n_blocks)
-        return out
-    with torch.no_grad():
-        out = block_features(backbone, batch, n_blocks)
-    return out
 
 
 def _progress(log: Log) -> Callable[[int, int], None]:

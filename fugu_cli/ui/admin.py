@@ -136,29 +136,36 @@ def sessions_show(session_id: str) -> int:
 
 @dataclass(frozen=True)
 class TrainRequest:
-    data: Path
+    data: tuple[Path, ...]
     out: Path
     stage: str
     split: str | None
-    tau: float
+    tau: float | None
     svf: str
     generations: int
     lam: float
     seed: int
     threads: int | None
     store: bool
+    prices: Path | None = None
+    processes: int = 1
 
 
 def router_train(req: TrainRequest) -> int:
+    from fugu_cli.router.commands import TrainOptions, train_command
     from fugu_cli.router.es import ESConfig, GenerationStats
     from fugu_cli.router.train import TrainConfig
-    from fugu_cli.router.trainer import TrainOptions, train_command
+    from fugu_cli.router.trainer import Stage2
 
     if req.stage not in ("sft", "es", "both"):
         err(f"--stage {req.stage}: choose sft, es or both")
         return 2
     config = TrainConfig(
-        tau=req.tau, svf_targets=tuple(t for t in req.svf.split(",") if t), seed=req.seed, threads=req.threads
+        lam=req.lam,
+        **({"taus": (req.tau,)} if req.tau is not None else {}),  # type: ignore[arg-type]
+        svf_targets=tuple(t for t in req.svf.split(",") if t),
+        seed=req.seed,
+        threads=req.threads,
     )
     opts = TrainOptions(
         req.data,
@@ -166,9 +173,10 @@ def router_train(req: TrainRequest) -> int:
         stage=req.stage,  # type: ignore[arg-type]
         split=req.split,
         config=config,
-        es=ESConfig(generations=req.generations, seed=req.seed),
-        lam=req.lam,
+        stage2=Stage2(es=ESConfig(generations=req.generations, seed=req.seed, processes=req.processes)),
         store=req.store,
+        prices=req.prices,
+        processes=req.processes,
     )
     tty = sys.stderr.isatty()
 
@@ -194,29 +202,52 @@ def router_train(req: TrainRequest) -> int:
     return 0
 
 
-def router_eval(
-    data: Path,
-    router: Path,
-    split: str | None,
-    k: int,
-    json_out: bool,
-    plot: Path | None,
-    threads: int | None,
-    store: bool,
-) -> int:
-    from fugu_cli.router.evaluate import EvalOptions, eval_command, render_text
+@dataclass(frozen=True)
+class EvalRequest:
+    data: Path
+    router: Path
+    split: str | None
+    k: int
+    json_out: bool
+    plot: Path | None
+    threads: int | None
+    store: bool
+    train_data: tuple[Path, ...] = ()
+    allow_train_rows: bool = False
+    skip_train_rows: bool = False
+    prices: Path | None = None
+    lambdas: tuple[float, ...] = ()
 
-    if not router.exists():
-        err(f"router checkpoint {router} does not exist")
+
+def router_eval(req: EvalRequest) -> int:
+    from fugu_cli.router.commands import EvalOptions, eval_command
+    from fugu_cli.router.report import render_text
+
+    if not req.router.exists():
+        err(f"router checkpoint {req.router} does not exist")
         return 2
+    opts = EvalOptions(
+        req.data,
+        req.router,
+        req.split,
+        req.k,
+        req.plot,
+        threads=req.threads,
+        store=req.store,
+        train_data=req.train_data,
+        allow_train_rows=req.allow_train_rows,
+        skip_train_rows=req.skip_train_rows,
+        prices=req.prices,
+        lambdas=req.lambdas,
+    )
     try:
-        report = eval_command(EvalOptions(data, router, split, k, plot, threads=threads, store=store))
+        report = eval_command(opts)
     except FuguError as e:
         err(str(e))
         return e.exit_code
-    print(json.dumps(report) if json_out else render_text(report))
-    if plot is not None:
-        print(f"cost–quality curve written to {plot}", file=sys.stderr)
+    print(json.dumps(report) if req.json_out else render_text(report))
+    if req.plot is not None:
+        print(f"reward–cost curves written to {req.plot}", file=sys.stderr)
     return 0
 
 

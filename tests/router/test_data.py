@@ -9,7 +9,18 @@ import numpy as np
 import pytest
 
 from fugu_cli.errors import UsageError
-from fugu_cli.router.data import SplitSpec, dev_split, load_dataset, load_store_outcomes, split_matrix
+from fugu_cli.router.data import (
+    CHARS_PER_TOKEN,
+    OUTPUT_TOKENS,
+    id_key,
+    load_dataset,
+    load_store_outcomes,
+    mean_costs,
+    stack,
+    text_key,
+    trained_rows,
+)
+from fugu_cli.router.splits import SplitSpec, dev_split, split_matrix
 from fugu_cli.store import OutcomeRow, Store
 
 TINY = Path(__file__).parent / "data" / "tiny"
@@ -120,3 +131,45 @@ def test_a_store_without_outcomes_is_empty_and_a_foreign_file_is_refused(tmp_pat
     with pytest.raises(UsageError, match="not a fugu store"):
         load_store_outcomes(foreign)
     assert [r[0] for r in sqlite3.connect(foreign).execute("SELECT name FROM sqlite_master")] == ["sessions"]
+
+
+def test_a_price_list_gives_a_cost_estimated_from_prompt_length(tmp_path: Path) -> None:
+    prices = tmp_path / "prices.csv"
+    prices.write_text("model,input_price_per_mtok,output_price_per_mtok\na,1.0,2.0\nb,10.0,30.0\n")
+    spec = (TINY / "dataset.toml").read_text().replace('cost = "cost"\n', "")
+    root = tmp_path / "tiny"
+    root.mkdir()
+    for name in ("outcomes.csv", "prompts.jsonl"):
+        (root / name).write_text((TINY / name).read_text())
+    (root / "dataset.toml").write_text(spec)
+    assert load_dataset(root).cost is None  # no cost column, no price list: no cost
+    m = load_dataset(root, prices)
+    assert m.cost is not None and m.cost_source == "prices"
+    assert m.texts is not None
+    row = m.prompt_ids.index("p1")
+    tokens = len(m.texts[row]) / CHARS_PER_TOKEN
+    assert m.cost[row].tolist() == pytest.approx(
+        [(tokens * 1.0 + OUTPUT_TOKENS * 2.0) / 1e6, (tokens * 10.0 + OUTPUT_TOKENS * 30.0) / 1e6]
+    )
+    assert np.isnan(m.cost[m.prompt_ids.index("p7"), 1])  # unmeasured stays unmeasured
+    assert load_dataset(TINY).cost_source == "recorded"
+
+
+def test_stacked_data_sets_keep_their_workers_apart(tmp_path: Path) -> None:
+    a = load_dataset(TINY).complete()
+    b = a.renamed({"a": "c"})
+    both = stack([a, b.subset([0, 1])])
+    assert both.workers == ("a", "b", "c") and both.n == a.n + 2
+    assert both.measured()[: a.n].tolist() == [[True, True, False]] * a.n
+    assert both.measured()[a.n :].tolist() == [[False, True, True]] * 2
+    assert both.tasks[0] == "tiny/math"
+    assert mean_costs(both)[2] == pytest.approx(np.mean(b.subset([0, 1]).cost[:, 0]))  # type: ignore[index]
+
+
+def test_training_rows_are_recognised_by_id_or_by_text() -> None:
+    m = load_dataset(TINY).complete()
+    ids = {id_key("p1")}
+    texts = {
+        text_key("write a PYTHON function   that reverses a list.")
+    }  # p3 and p4, case and spacing folded
+    assert [m.prompt_ids[i] for i in np.flatnonzero(trained_rows(m, ids, texts))] == ["p1", "p3", "p4"]

@@ -84,16 +84,36 @@ def test_offline_fitness_is_what_es_climbs_on_a_head() -> None:
     desc = np.eye(2, 8, dtype=np.float32)
     fitness = OfflineFitness(
         head_config=head.config.to_json(),
-        reward=reward,
-        unit_cost=np.array([0.0, 0.0]),
-        utility_scale=0.1,
+        util=reward,
+        tau=0.1,
         per_generation=64,
         features=x,
         desc=desc,
     )
     x0 = param_vector(list(head.parameters()))
     assert fitness(x0, 0) == fitness(x0, 0)  # same generation, same batch
-    full = OfflineFitness(**{**fitness.__dict__, "per_generation": 0, "_state": None})
+    full = OfflineFitness(**{**fitness.__dict__, "per_generation": 0, "_state": None, "token": "full"})
     result = run_sep_cma(fitness, x0, ESConfig(generations=25, sigma0=0.3, seed=1, processes=1))
     assert full(x0, 0) == pytest.approx(0.5, abs=0.1)
     assert full(result.x, 0) > 0.9
+
+
+def test_the_fitness_skips_unmeasured_workers_and_scores_the_utility() -> None:
+    import torch
+
+    from fugu_cli.router.es import param_vector
+    from fugu_cli.router.head import HeadConfig, SelectionHead
+
+    x, reward = _two_topic_features(64, 1)
+    torch.manual_seed(0)
+    head = SelectionHead(HeadConfig(8, 8, rank=2, n_known=2, sim_init=0.0))
+    with torch.no_grad():
+        head.A.zero_()
+        head.known_bias.copy_(torch.tensor([5.0, 0.0]))  # always worker 0, where it was measured
+    util = reward - 0.25  # λ·cost of 0.25 on every choice
+    util[::2, 0] = np.nan  # worker 0 unmeasured on every other prompt: worker 1 is chosen there
+    fit = OfflineFitness(
+        head.config.to_json(), util, per_generation=0, features=x, desc=np.eye(2, 8, dtype=np.float32)
+    )
+    expected = np.where(np.isnan(util[:, 0]), util[:, 1], util[:, 0]).mean()
+    assert fit(param_vector(list(head.parameters())), 0) == pytest.approx(expected)

@@ -1,29 +1,27 @@
-"""Baselines and metrics of `fugu router eval`, checked against values computed by hand on toy matrices."""
+"""The objective, the baselines and the judge of `fugu router eval`, checked against values computed by hand
+on toy matrices."""
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from fugu_cli.router.baselines import knn_scores, logreg_scores, single_scores
+from fugu_cli.router.calibrate import Calibrated, calibrate, shrink_at
 from fugu_cli.router.data import RewardMatrix
-from fugu_cli.router.evaluate import (
-    apgr,
+from fugu_cli.router.evaluate import concat_scores, judge
+from fugu_cli.router.objective import (
+    Scores,
     best_single,
     choose,
-    figure_of,
-    judge,
-    knn_utilities,
-    logreg_utilities,
-    merge_reports,
-    oracle_figure,
-    plot,
-    random_figure,
-    render_text,
-    strong_share_for,
+    lambda_grid,
+    normalised,
+    task_scales,
+    utility,
 )
+from fugu_cli.router.report import plot, render_text
 
 
 def matrix(
@@ -52,98 +50,140 @@ TRAIN_X = np.array([[1.0, 0.0], [0.8, 0.6], [-1.0, 0.0], [0.0, 1.0]])
 TEST_X = np.array([[1.0, 0.0], [-0.8, 0.6], [0.6, 0.8], [0.6, -0.8]])
 
 
-def test_best_single_is_chosen_on_the_training_part() -> None:
-    assert TRAIN.workers[best_single(TRAIN)] == "a"  # 0.75 vs 0.5 on train
-    fig = figure_of(TEST, np.full(TEST.n, best_single(TRAIN)))
-    assert (fig.reward, fig.cost) == pytest.approx((0.5, 0.125))
+def test_each_task_keeps_its_own_reward_scale() -> None:
+    m = RewardMatrix(
+        "mixed",
+        ("a", "b", "c"),
+        ("x", "y", "z"),
+        ("judge", "exact", "exact"),
+        ("",) * 3,
+        ("w1", "w2"),
+        np.array([[9.0, 7.5], [1.0, 0.0], [0.0, 1.0]]),
+        np.array([[0.5, 0.1], [0.5, 0.1], [0.5, 0.1]]),
+    )
+    assert task_scales(m) == {"judge": 9.0, "exact": 1.0}
+    assert normalised(m)[0].tolist() == pytest.approx([1.0, 7.5 / 9])
+    assert utility(m, 2.0)[1].tolist() == pytest.approx([1.0 - 1.0, 0.0 - 0.2])
 
 
-def test_random_is_the_exact_expectation_of_a_uniform_choice() -> None:
-    fig = random_figure(TEST)
-    assert (fig.reward, fig.cost) == pytest.approx((0.5, 0.06875))
+def test_best_single_depends_on_lambda() -> None:
+    assert TRAIN.workers[best_single(TRAIN)] == "a"  # 0.75 vs 0.5
+    # at λ = 5 per USD: a loses 0.5, b 0.05: 0.25 vs 0.45
+    assert TRAIN.workers[best_single(TRAIN, 5.0)] == "b"
 
 
-def test_oracle_takes_the_best_reward_at_the_cheapest_cost() -> None:
-    fig = oracle_figure(TEST)
-    assert (fig.reward, fig.cost) == pytest.approx((0.75, 0.035))
-    assert oracle_figure(matrix([[0, 1], [1, 0]], None)).cost is None
+def test_scores_move_with_lambda_by_the_expected_cost() -> None:
+    s = Scores(np.array([[1.0, 0.9]]), np.array([0.1, 0.01]), lam0=1.0)
+    assert s.at(1.0).tolist() == [[1.0, 0.9]]
+    assert s.at(3.0)[0].tolist() == pytest.approx([0.8, 0.88])
+    assert s.choices(0.0).tolist() == [0] and s.choices(3.0).tolist() == [1]
 
 
-def test_knn_votes_with_the_mean_reward_of_the_nearest_training_prompts() -> None:
-    util = knn_utilities(TRAIN_X, TRAIN.reward, TEST_X, k=2)
-    assert util.tolist() == [[1.0, 0.0], [0.5, 1.0], [1.0, 0.5], [1.0, 0.0]]
-    fig = figure_of(TEST, choose(util))
-    assert (fig.reward, fig.cost) == pytest.approx((0.75, 0.08))
+def test_choose_skips_unmeasured_workers_and_breaks_ties_toward_the_preference() -> None:
+    assert choose(np.array([[np.nan, 0.1], [0.5, 0.2]])).tolist() == [1, 0]
+    util = np.array([[1.0, 1.0], [0.0, 1.0]])
+    assert choose(util, np.array([0.2, 0.7])).tolist() == [1, 1]
+    assert choose(util, np.array([0.9, 0.7])).tolist() == [0, 1]
+
+
+def test_the_lambda_grid_spans_from_cost_barely_mattering_to_cost_deciding() -> None:
+    grid = lambda_grid(np.array([0.01, 1.0]), extra=(0.37,))
+    assert grid[0] == 0.0 and 0.37 in grid and grid == sorted(grid)
+    assert min(g for g in grid if g > 0) <= 1e-3 and max(grid) >= 300
+    assert lambda_grid(np.zeros(3)) == [0.0]
+
+
+def test_knn_averages_reward_and_cost_of_the_nearest_training_prompts() -> None:
+    s = knn_scores(TRAIN, TRAIN_X, TEST_X, k=2)
+    assert s.base.tolist() == [[1.0, 0.0], [0.5, 1.0], [1.0, 0.5], [1.0, 0.0]]
+    assert s.cost.ravel().tolist() == pytest.approx([0.1, 0.01] * 4)
+    assert s.choices(0.0).tolist() == [0, 1, 0, 0]
+    assert s.choices(100.0).tolist() == [1, 1, 1, 1]
 
 
 def test_logreg_learns_which_worker_wins_where() -> None:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(200, 3))
     reward = np.stack([(x[:, 0] > 0), (x[:, 0] <= 0)], axis=1).astype(float)
+    train = RewardMatrix("t", tuple(map(str, range(200))), None, ("",) * 200, ("",) * 200, ("a", "b"), reward)
     xt = rng.normal(size=(100, 3))
-    util = logreg_utilities(x, reward, xt)
-    assert ((util[:, 0] > util[:, 1]) == (xt[:, 0] > 0)).mean() > 0.95
-    assert util.min() >= 0.0 and util.max() <= 1.0
+    s = logreg_scores(train, x, xt)
+    assert ((s.base[:, 0] > s.base[:, 1]) == (xt[:, 0] > 0)).mean() > 0.95
+    assert s.base.min() >= 0.0 and s.base.max() <= 1.0
 
 
-def test_choose_breaks_ties_toward_the_given_preference() -> None:
-    util = np.array([[1.0, 1.0], [0.0, 1.0]])
-    assert choose(util, np.array([0.2, 0.7])).tolist() == [1, 1]
-    assert choose(util, np.array([0.9, 0.7])).tolist() == [0, 1]
+def _calibrate(est: np.ndarray, util: np.ndarray, cost: np.ndarray, grid: list[float]) -> Calibrated:
+    return calibrate(
+        est,
+        util,
+        cost,
+        prior=util.mean(0),
+        mean_cost=cost.mean(0),
+        lam0=0.0,
+        grid=grid,
+        shrinks=(0.0, 0.5, 1.0),
+    )
 
 
-def test_apgr_by_hand() -> None:
-    strong, weak = np.array([1.0, 1, 0, 1]), np.array([0.0, 1, 0, 0])
-    # strong-call order 0, 2, 3, 1 recovers 0, .5, .5, 1, 1 of the gap: trapezoid area 0.625
-    assert apgr(np.array([0.9, 0.1, 0.5, 0.3]), strong, weak) == pytest.approx(0.625)
-    assert apgr(np.array([0.9, 0.1, 0.2, 0.8]), strong, weak) == pytest.approx(0.75)
-    assert apgr(np.zeros(2), np.ones(2), np.ones(2)) is None
+def test_calibration_falls_back_to_the_best_mix_when_the_head_is_noise() -> None:
+    rng = np.random.default_rng(1)
+    util = np.column_stack([rng.random(400) < 0.7, rng.random(400) < 0.4]).astype(float)  # a wins 0.7 : 0.4
+    noise = rng.normal(size=(400, 2))  # a head that knows nothing, and prefers b on average
+    noise[:, 1] += 0.5
+    cal = _calibrate(noise, util, np.zeros_like(util), [0.0])
+    assert cal.shrinks == ((0.0, 0.0),) and not cal.raw  # no held-out evidence: the best single
+    assert cal.score == pytest.approx(util[:, 0].mean())
+    assert cal.options["raw"] < cal.score
 
 
-def test_strong_share_for_95_percent_by_hand() -> None:
-    strong, weak = np.array([1.0, 1, 0, 1]), np.array([0.0, 1, 0, 0])
-    # strong alone 0.75, target 0.7125; order 0, 2, 3, 1 gives 0.25, 0.5, 0.5, 0.75: 3 strong calls of 4
-    assert strong_share_for(np.array([0.9, 0.1, 0.5, 0.3]), strong, weak) == pytest.approx(0.75)
-    assert strong_share_for(np.array([0.9, 0.1, 0.2, 0.8]), strong, weak) == pytest.approx(0.5)
+def test_calibration_trusts_the_head_only_where_it_earned_it() -> None:
+    rng = np.random.default_rng(2)
+    topic = rng.integers(0, 2, 400)
+    util = np.column_stack([topic == 0, np.ones(400)]).astype(float)  # b always right, a only on topic 0
+    cost = np.tile([0.01, 1.0], (400, 1))  # ... but b costs 100 times more
+    est = np.column_stack([topic == 0, np.full(400, 0.5)]) + rng.normal(scale=0.1, size=(400, 2))
+    cal = _calibrate(est, util, cost, [0.0, 0.3, 100.0])
+    # λ = 0: b everywhere is best, the head adds nothing; λ = 0.3: a where it is right, b elsewhere, which
+    # only the head knows; λ = 100: a everywhere, whatever the head says
+    assert shrink_at(cal.shrinks, 0.0) == 0.0 and shrink_at(cal.shrinks, 0.3) > 0.0
+    assert shrink_at(cal.shrinks, 100.0) == 0.0
 
 
-def test_apgr_of_a_random_ordering_averages_one_half() -> None:
-    strong, weak = np.array([1.0, 1, 0, 1]), np.array([0.0, 1, 0, 0])
-    values = [apgr(-np.array(p, dtype=float), strong, weak) for p in itertools.permutations(range(4))]
-    assert np.mean([v for v in values if v is not None]) == pytest.approx(0.5)
-
-
-def test_judge_reports_every_method_curve_apgr_and_tasks(tmp_path: Path) -> None:
-    router_util = np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [0.0, 1.0]])  # picks a, b, b, b
-    report = judge(TRAIN, TEST, TRAIN_X, TEST_X, router_util, k=2)
+def test_judge_reports_headline_frontier_groups_and_choices(tmp_path: Path) -> None:
+    router = Scores(np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [0.0, 1.0]]), np.array([0.1, 0.01]))
+    methods = {
+        "router": router,  # picks a, b, b, b
+        "best_single": single_scores(TRAIN, TEST.n),
+        "knn": knn_scores(TRAIN, TRAIN_X, TEST_X, k=2),
+        "logreg": logreg_scores(TRAIN, TRAIN_X, TEST_X),
+    }
+    report = judge(TEST, methods, lam=0.0, lambdas=[0.0, 1.0, 100.0])
     assert report["router"] == pytest.approx({"reward": 0.75, "cost": (0.1 + 0.02 + 0.01 + 0.01) / 4})
     assert report["best_single"]["worker"] == "a"
-    assert report["knn"]["reward"] == pytest.approx(0.75)
-    for key in ("router", "best_single", "random", "oracle", "knn", "logreg"):
-        assert set(report[key]) >= {"reward", "cost"}
-    lams = [p[0] for p in report["curve"]["router"]]
-    assert lams[0] == 0.0 and lams == sorted(lams) and len(lams) > 3
-    costs = [p[2] for p in report["curve"]["knn"]]
-    assert costs[-1] <= costs[0]  # a large λ buys the cheap worker
-    assert TEST.cost is not None
-    assert report["curve"]["knn"][-1][2] == pytest.approx(TEST.cost[:, 1].mean())
-    assert report["apgr"]["all"]["random"] == 0.5 and set(report["apgr"]) == {"all", "x", "y"}
-    assert [r["task"] for r in report["per_task"]] == ["x", "y"]
-    assert report["per_task"][0]["oracle"] == pytest.approx(0.5)
+    assert report["random"]["reward"] == pytest.approx(0.5) and report["oracle"]["reward"] == 0.75
+    assert report["choices"] == {"p0": "a", "p1": "b", "p2": "b", "p3": "b"}
+    front = report["frontier"]
+    assert np.ravel(front["singles"]).tolist() == pytest.approx([0.125, 0.5, 0.0125, 0.5])
+    assert np.ravel(front["single_hull"]).tolist() == pytest.approx([0.0125, 0.5])  # b: as good, cheaper
+    r = front["methods"]["router"]
+    assert [p[0] for p in r["points"]] == [0.0, 1.0, 100.0]
+    assert r["vs_single_hull"]["on_or_above"] and r["vs_single_hull"]["max_gap"] == pytest.approx(0.25)
+    assert front["methods"]["random_mix"]["hull"] == front["methods"]["best_single"]["hull"]
+    assert front["methods"]["knn"]["points"][-1][1] == pytest.approx(0.0125)  # λ = 100 buys b everywhere
+    assert set(report["groups"]) == {"all", "x", "y"}
+    assert report["groups"]["all"]["apgr"]["random"] == 0.5
+    assert report["groups"]["x"]["oracle"] == pytest.approx(0.5)
     text = render_text(report)
-    assert "best_single" in text and "overstates" in text and "APGR" in text
+    assert "best_single" in text and "overstates" in text and "on/above hull" in text
     png = tmp_path / "curve.png"
     plot(report, str(png))
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_merge_reports_weights_folds_by_size() -> None:
-    def rep(n: int, r: float, c: float | None) -> dict[str, object]:
-        fig = {"reward": r, "cost": c}
-        base = {k: dict(fig) for k in ("router", "random", "oracle", "knn", "logreg")}
-        return {"data": "d", "n_test": n, **base, "best_single": {**fig, "worker": "a"}}
-
-    merged = merge_reports([rep(1, 1.0, 0.1), rep(3, 0.0, 0.3)])
-    assert merged["router"] == pytest.approx({"reward": 0.25, "cost": 0.25})
-    assert merged["n_test"] == 4 and merged["folds"] == 2
-    assert merge_reports([rep(1, 1.0, None), rep(1, 0.0, 0.3)])["router"]["cost"] is None
+def test_folds_are_judged_pooled() -> None:
+    a = Scores(np.array([[1.0, 0.0]]), np.array([0.1, 0.01]), lam0=0.0)
+    b = Scores(np.array([[0.0, 2.0]]), np.array([[0.3, 0.02]]), lam0=10.0)
+    both = concat_scores([a, b])
+    assert both.base.shape == (2, 2) and both.lam0 == 0.0
+    assert both.choices(0.0).tolist() == [0, 0] and both.choices(10.0).tolist() == [0, 1]
+    assert both.at(10.0)[1].tolist() == pytest.approx(b.at(10.0)[0].tolist())

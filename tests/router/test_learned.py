@@ -100,16 +100,21 @@ def test_decisions_are_deterministic(tmp_path: Path) -> None:
         assert (d.worker, dict(d.scores)) == (first.worker, dict(first.scores))
 
 
-def test_cost_weight_moves_the_choice_to_the_cheaper_worker(tmp_path: Path) -> None:
+def test_cost_weight_is_reward_per_usd_of_the_expected_cost(tmp_path: Path) -> None:
     pricey = Worker("pricey", "openai/big", description="a strong generalist", price_in=15.0, price_out=75.0)
     cheap = Worker("cheap", "openai/small", description="a strong generalist", price_in=0.3, price_out=1.2)
-    init_checkpoint(tmp_path / "ckpt", [pricey, cheap], bias={"pricey": 1.0})
+    init_checkpoint(tmp_path / "ckpt", [pricey, cheap], bias={"pricey": 1.0})  # pricey: +1 utility
     state = RouteState(messages=user("refactor the parser"), step=0)
     plain = LearnedRouter.load(tmp_path / "ckpt", backbone=minilm())
+    assert plain.cost_weight == 0.0  # the checkpoint's own λ
     assert plain.pick(state, [pricey, cheap]).worker == "pricey"
-    thrifty = LearnedRouter.load(tmp_path / "ckpt", backbone=minilm(), cost_weight=3.0)
-    d = thrifty.pick(state, [pricey, cheap])
-    assert d.worker == "cheap" and d.scores["cheap"] > 0.8
+    dollars = expected_costs(state, [pricey, cheap])
+    breakeven = 1.0 / (dollars[0] - dollars[1])  # λ at which one more expected dollar outweighs +1 reward
+    below = LearnedRouter.load(tmp_path / "ckpt", backbone=minilm(), cost_weight=0.9 * breakeven)
+    assert below.pick(state, [pricey, cheap]).worker == "pricey"
+    above = LearnedRouter.load(tmp_path / "ckpt", backbone=minilm(), cost_weight=3 * breakeven)
+    d = above.pick(state, [pricey, cheap])
+    assert d.worker == "cheap" and d.scores["cheap"] > 0.8 and "λ=" in d.reason
 
 
 def test_switching_pays_full_prefill_so_the_last_worker_is_cheaper() -> None:

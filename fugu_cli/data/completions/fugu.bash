@@ -67,12 +67,17 @@ _fugu() {
         "router train|--lambda") return ;;
         "router train|--seed") return ;;
         "router train|--threads") return ;;
+        "router train|--prices") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "router train|--processes") return ;;
         "router eval|--data") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "router eval|--router") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "router eval|--split") return ;;
         "router eval|--k") return ;;
         "router eval|--plot") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "router eval|--threads") return ;;
+        "router eval|--train-data") return ;;
+        "router eval|--prices") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "router eval|--lambdas") return ;;
     esac
     local opts="" subs=""
     case "$sub" in
@@ -87,8 +92,8 @@ _fugu() {
         "sessions show") opts="--help" subs="" ;;
         "router") opts="--help" subs="info train eval" ;;
         "router info") opts="--help" subs="" ;;
-        "router train") opts="--data --out --stage --split --tau --svf --generations --lambda --seed --threads --store --help" subs="" ;;
-        "router eval") opts="--data --router --split --k --json --plot --threads --store --help" subs="" ;;
+        "router train") opts="--data --out --stage --split --tau --svf --generations --lambda --seed --threads --store --prices --processes --help" subs="" ;;
+        "router eval") opts="--data --router --split --k --json --plot --threads --store --train-data --allow-train-rows --skip-train-rows --prices --lambdas --help" subs="" ;;
     esac
     if [[ "$cur" == -* ]]; then
         COMPREPLY=($(compgen -W "$opts" -- "$cur"))

@@ -69,12 +69,17 @@ _fugu() {
         'router train|--lambda') return ;;
         'router train|--seed') return ;;
         'router train|--threads') return ;;
+        'router train|--prices') _files; return ;;
+        'router train|--processes') return ;;
         'router eval|--data') _files; return ;;
         'router eval|--router') _files; return ;;
         'router eval|--split') return ;;
         'router eval|--k') return ;;
         'router eval|--plot') _files; return ;;
         'router eval|--threads') return ;;
+        'router eval|--train-data') return ;;
+        'router eval|--prices') _files; return ;;
+        'router eval|--lambdas') return ;;
     esac
     local -a items
     case "$sub" in
@@ -97,13 +102,13 @@ _fugu() {
         'sessions show')
             if [[ "$cur" == -* ]]; then items=('--help:Show this message and exit.'); else items=(); fi ;;
         'router')
-            if [[ "$cur" == -* ]]; then items=('--help:Show this message and exit.'); else items=('info:Print what a router checkpoint holds: backbone, workers, training data and metrics.' 'train:Train a router from measured outcomes: soft-label KL with SVF, then sep-CMA-ES.' 'eval:Judge a router on held-out data against best single, random, oracle, kNN and logistic regression.'); fi ;;
+            if [[ "$cur" == -* ]]; then items=('--help:Show this message and exit.'); else items=('info:Print what a router checkpoint holds: backbone, workers, training data and metrics.' 'train:Train a router from measured outcomes: soft-label KL with SVF, then sep-CMA-ES.' 'eval:Judge a router on rows it never trained on: its reward–cost curve against the single models'\'' hull, best single, random mix, kNN, logistic regression and the oracle.'); fi ;;
         'router info')
             if [[ "$cur" == -* ]]; then items=('--help:Show this message and exit.'); else items=(); fi ;;
         'router train')
-            if [[ "$cur" == -* ]]; then items=('--data:A data set folder (dataset.toml), or a fugu store.' '--out:The checkpoint directory to write.' '--stage:sft, es or both.' '--split:given[:LABEL] | kfold:K:SEED:FOLD | tasks:A,B | all (default: given, or kfold:5:0:0).' '--tau:Temperature of the soft targets.' '--svf:SVF targets, e.g. last:1; empty: head only.' '--generations:sep-CMA-ES generations.' '--lambda:Fitness = reward − λ × cost.' '--seed:' '--threads:' '--store:--data is a fugu store (fugu eval'\''s outcomes).' '--help:Show this message and exit.'); else items=(); fi ;;
+            if [[ "$cur" == -* ]]; then items=('--data:A data set folder (dataset.toml), or a fugu store; repeat to stack sets.' '--out:The checkpoint directory to write.' '--stage:sft, es or both.' '--split:given[:LABEL] | kfold:K:SEED:FOLD | tasks:A,B | all (default: given, or kfold:5:0:0).' '--tau:Temperature of the soft targets (default: chosen from 0.05, 0.1, 0.2).' '--svf:SVF targets, e.g. last:1; empty: head only.' '--generations:sep-CMA-ES generations.' '--lambda:λ in reward per USD: every stage maximises normalised reward − λ × cost (USD a prompt).' '--seed:' '--threads:' '--store:--data is a fugu store (fugu eval'\''s outcomes).' '--prices:CSV model,input_price_per_mtok,output_price_per_mtok for data without cost.' '--processes:Processes for embedding and stage 2 (1: this one).' '--help:Show this message and exit.'); else items=(); fi ;;
         'router eval')
-            if [[ "$cur" == -* ]]; then items=('--data:A data set folder (dataset.toml), or a fugu store.' '--router:The checkpoint to judge.' '--split:Default: the split the checkpoint was trained with.' '--k:Neighbours of the kNN baseline.' '--json:Print the figures as one JSON object.' '--plot:Write the cost–quality curve to a PNG.' '--threads:' '--store:--data is a fugu store.' '--help:Show this message and exit.'); else items=(); fi ;;
+            if [[ "$cur" == -* ]]; then items=('--data:A data set folder (dataset.toml), or a fugu store.' '--router:The checkpoint to judge.' '--split:Judge only this part (default: all rows; the held-out part if it trained on this set).' '--k:Neighbours of the kNN baseline.' '--json:Print the figures as one JSON object.' '--plot:Write the reward–cost curves to a PNG.' '--threads:' '--store:--data is a fugu store.' '--train-data:Fit the baselines on this (default: the checkpoint'\''s training data).' '--allow-train-rows:Judge rows the checkpoint trained on too.' '--skip-train-rows:Leave out rows the checkpoint trained on.' '--prices:Price list CSV for a data set without cost.' '--lambdas:Comma-separated λ values to sweep (reward per USD).' '--help:Show this message and exit.'); else items=(); fi ;;
     esac
     if [[ "$cur" == -* ]]; then
         _describe -t options 'fugu option' items
