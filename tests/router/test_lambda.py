@@ -114,7 +114,7 @@ def test_a_higher_lambda_gives_cheaper_choices(trained: tuple[Path, dict[float, 
 def test_a_session_at_the_checkpoints_lambda_picks_what_eval_says(
     trained: tuple[Path, dict[float, dict[str, object]]],
 ) -> None:
-    from fugu_cli.app import build_router
+    from fugu_cli.app import router_source
     from fugu_cli.config import Config
 
     root, reports = trained
@@ -128,7 +128,7 @@ def test_a_session_at_the_checkpoints_lambda_picks_what_eval_says(
         said = reports[lam]["choices"]
         assert isinstance(said, dict)
         for weight in (lam, None):  # --cost-weight λ, and no --cost-weight (the checkpoint's own λ)
-            router = build_router(Config(router=str(root / f"ckpt-{lam}"), cost_weight=weight), pool)
+            router = router_source(Config(router=str(root / f"ckpt-{lam}"), cost_weight=weight), pool).make()
             picked = {
                 pid: router.pick(
                     RouteState(messages=[Message(role="user", content=texts[pid])], step=0), pool
