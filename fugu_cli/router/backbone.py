@@ -1,15 +1,19 @@
 """Backbones: a transformers model that turns texts into one vector each, without generating text.
 
 Owns loading (the embedded MiniLM, a local path or hub id, or a tiny config-built Qwen3 for tests) and
-pooling: encoders mean-pool, decoders read the hidden state at the second-to-last token. Imports torch at
-module level, so only import this module lazily. Never prints.
+pooling: encoders mean-pool, decoders read the hidden state at the second-to-last token. A BERT directory
+(the embedded MiniLM among them) runs on `bert.py`'s plain-torch encoder and the `tokenizers` library, with
+the same numbers as transformers' and without importing it; every other model goes through transformers.
+Imports torch at module level, so only import this module lazily. Never prints.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -72,10 +76,15 @@ def load_backbone(
         torch.set_num_threads(threads)
     if spec == TINY_QWEN3:
         return tiny_qwen3_backbone()
+    path = minilm_path() if spec == DEFAULT_BACKBONE else spec
+    from fugu_cli.router.bert import is_bert_dir, load_bert
+
+    if is_bert_dir(Path(path)):
+        model, tokenizer, hidden = load_bert(Path(path))
+        return _finish(Backbone(spec, "encoder", model, tokenizer, hidden), device)
     _quiet()
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-    path = minilm_path() if spec == DEFAULT_BACKBONE else spec
     try:
         config = AutoConfig.from_pretrained(path)
         kind = _kind(config)
@@ -111,9 +120,15 @@ def hidden_size_of(spec: str) -> int:
     """A backbone's hidden size from its config alone (no weights loaded)."""
     if spec == TINY_QWEN3:
         return int(_tiny_qwen3_config(30522).hidden_size)
+    path = minilm_path() if spec == DEFAULT_BACKBONE else spec
+    config = Path(path) / "config.json"
+    if config.is_file():
+        import json
+
+        return int(json.loads(config.read_text())["hidden_size"])
+    _quiet()
     from transformers import AutoConfig
 
-    path = minilm_path() if spec == DEFAULT_BACKBONE else spec
     return int(AutoConfig.from_pretrained(path).hidden_size)
 
 
@@ -168,8 +183,14 @@ def _finish(backbone: Backbone, device: str) -> Backbone:
 
 
 def _quiet() -> None:
-    """transformers draws progress bars and logs warnings on stderr; the router must not print."""
-    from transformers.utils import logging as hf_logging
+    """transformers draws progress bars and logs warnings on stderr; the router must not print. Said through
+    the environment, which transformers and huggingface_hub read when they load: importing transformers only
+    to silence it cost a second."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    if "transformers" in sys.modules:  # already loaded: its settings are read, so set them directly
+        from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()

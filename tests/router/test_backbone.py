@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from fugu_cli.app import default_checkpoint
 from fugu_cli.errors import ConfigError
-from fugu_cli.router.backbone import load_backbone, tiny_qwen3_backbone
+from fugu_cli.router.backbone import Backbone, load_backbone, minilm_path, tiny_qwen3_backbone
+from fugu_cli.router.bert import BertEncoder
+from fugu_cli.router.learned import LearnedRouter
+from fugu_cli.types import Message, RouteState, ToolCall, Worker
 from tests.router.kit import minilm
 
 
@@ -73,3 +80,76 @@ def test_a_saved_decoder_directory_loads_as_a_decoder(tmp_path: Path) -> None:
 def test_an_unknown_backbone_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="Cannot load router backbone"):
         load_backbone(str(tmp_path / "nothing-here"))
+
+
+def _transformers_minilm() -> Backbone:
+    """The embedded MiniLM through transformers' own BertModel and tokenizer: what the router ran before
+    bert.py, kept as the reference its numbers must match."""
+    from transformers import AutoModel, AutoTokenizer
+
+    path = minilm_path()
+    model = AutoModel.from_pretrained(path).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return Backbone("minilm", "encoder", model, AutoTokenizer.from_pretrained(path), 384)
+
+
+TEXTS = [
+    "user: hi",
+    "assistant: " + "read the file and run the tests again " * 40,  # cut at every token limit
+    "tool: Ünïcode 日本語 tabs\tand\nnewlines, emoji 🐡 and CamelCaseIdentifiers_with_underscores",
+    "",
+]
+
+
+@pytest.mark.parametrize("max_length", [16, 64, 128, 256])
+def test_minilm_without_transformers_gives_transformers_numbers(max_length: int) -> None:
+    native, reference = minilm(), _transformers_minilm()
+    assert isinstance(native.model, BertEncoder)
+    cut = {"padding": True, "truncation": True, "max_length": max_length}
+    ids = native.tokenizer(TEXTS, **cut)
+    want = reference.tokenizer(TEXTS, **cut, return_tensors="pt")
+    assert torch.equal(ids["input_ids"], want["input_ids"])
+    assert torch.equal(ids["attention_mask"], want["attention_mask"])
+    got, ref = native.encode(TEXTS, max_length=max_length), reference.encode(TEXTS, max_length=max_length)
+    assert (got - ref).abs().max() < 1e-5
+
+
+def test_the_shipped_checkpoint_scores_as_it_did_with_transformers() -> None:
+    """FEATURES_VERSION is unchanged, so the shipped router must choose and score exactly as before."""
+    pool = [
+        Worker("claude-sonnet", "anthropic/claude-sonnet-4-5-20250929", price_in=3.0, price_out=15.0),
+        Worker("gpt-5", "openai/gpt-5", price_in=1.25, price_out=10.0),
+        Worker("gpt-5-mini", "openai/gpt-5-mini", price_in=0.25, price_out=2.0),
+        Worker("newcomer", "openai/newcomer", description="A careful reviewer of Python test suites."),
+    ]
+    native = LearnedRouter.load(default_checkpoint())
+    before = LearnedRouter.load(default_checkpoint(), backbone=_transformers_minilm())
+    call = ToolCall("c1", "shell", '{"command": "pytest -q"}')
+    transcripts = [
+        [Message("user", "fix the failing test in calc.py")],
+        [Message("user", "write a SQL migration adding an index"), Message("assistant", "on it", (call,))],
+        [
+            Message("user", "port utils.py to pathlib"),
+            Message("assistant", None, (call,), worker="gpt-5"),
+            Message("tool", "FAILED test_utils.py::test_join - AssertionError\n" * 30, tool_call_id="c1"),
+        ],
+    ]
+    for messages in transcripts:
+        state = RouteState(messages=tuple(messages), step=len(messages), last_worker="gpt-5")
+        got, want = native.utilities(state, pool), before.utilities(state, pool)
+        assert abs(got - want).max() < 1e-4
+        assert native.pick(state, pool).worker == before.pick(state, pool).worker
+
+
+def test_loading_the_default_backbone_imports_no_transformers() -> None:
+    code = (
+        "import sys\n"
+        "from fugu_cli.router.backbone import load_backbone\n"
+        "bb = load_backbone('minilm')\n"
+        "bb.encode(['user: hello'])\n"
+        "print(sorted(m for m in ('transformers', 'scipy', 'sympy') if m in sys.modules))\n"
+    )
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
