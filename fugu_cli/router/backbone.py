@@ -39,20 +39,17 @@ class Backbone:
     tokenizer: Any
     hidden_size: int
 
-    def encode(self, texts: Sequence[str], *, max_length: int = 256, grad: bool = False) -> torch.Tensor:
+    def encode(
+        self, texts: Sequence[str], *, max_length: int | Sequence[int] = 256, grad: bool = False
+    ) -> torch.Tensor:
         """[N] texts -> [N, H]. Encoders: attention-masked mean of the last hidden states. Decoders: the
         hidden state at the second-to-last token (the last content token; the final one is the newline).
+        `max_length` is one token limit for all texts or one per text: either way one forward pass.
         `grad=True` keeps the graph so SVF scales can train through it."""
         if not texts:
             return torch.zeros(0, self.hidden_size)
-        cap = max_length * _CHARS_PER_TOKEN_CAP
-        if self.kind == "decoder":
-            cut = [t[-cap:].rstrip("\n") + "\n" for t in texts]
-        else:
-            cut = [t[:cap] for t in texts]
-        batch = self.tokenizer(cut, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
-        device = next(self.model.parameters()).device
-        inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask")}
+        limits = [max_length] * len(texts) if isinstance(max_length, int) else list(max_length)
+        inputs = self._tokens(list(texts), limits)
         ctx = torch.enable_grad() if grad else torch.inference_mode()
         with ctx:
             hidden = self.model(**inputs).last_hidden_state  # [N, T, H]
@@ -66,6 +63,30 @@ class Backbone:
                 pooled = hidden[torch.arange(hidden.shape[0]), idx]  # [N, H]
             out = F.normalize(pooled.float(), dim=-1)
         return out if grad else out.clone()
+
+    def _tokens(self, texts: list[str], limits: list[int]) -> dict[str, torch.Tensor]:
+        """input_ids and attention_mask [N, T]: each text cut to its own limit, padded on the right to the
+        longest row (padding is masked, so a row's vector does not depend on its batch)."""
+        groups: dict[int, list[int]] = {}
+        for i, limit in enumerate(limits):
+            groups.setdefault(limit, []).append(i)
+        parts = []
+        for limit, rows in groups.items():
+            cap = limit * _CHARS_PER_TOKEN_CAP
+            if self.kind == "decoder":
+                cut = [texts[i][-cap:].rstrip("\n") + "\n" for i in rows]
+            else:
+                cut = [texts[i][:cap] for i in rows]
+            batch = self.tokenizer(cut, padding=True, truncation=True, max_length=limit, return_tensors="pt")
+            parts.append((rows, batch["input_ids"], batch["attention_mask"]))
+        width = max(ids.shape[1] for _, ids, _ in parts)
+        ids = torch.zeros(len(texts), width, dtype=torch.long)
+        mask = torch.zeros(len(texts), width, dtype=torch.long)
+        for rows, part_ids, part_mask in parts:
+            ids[rows, : part_ids.shape[1]] = part_ids
+            mask[rows, : part_mask.shape[1]] = part_mask
+        device = next(self.model.parameters()).device
+        return {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
 
 
 def load_backbone(

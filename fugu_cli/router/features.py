@@ -1,9 +1,10 @@
 """Session features: a transcript of Messages -> one unit vector [H] for the selection head.
 
 Each message is encoded once, on its own, as its plain `role: content` line, and cached by a hash of that
-line; a decision therefore encodes only the messages that are new since the last one, so its cost stays flat
-as the session grows (for decoders too: each line's vector is the hidden state at its second-to-last token,
-which needs no KV cache and survives trimming). The vectors are combined as
+line and its token limit; a decision therefore encodes only the messages that are new since the last one (in
+one forward pass, whatever their limits), so its cost stays flat as the session grows (for decoders too: each
+line's vector is the hidden state at its second-to-last token, which needs no KV cache and survives
+trimming). The vectors are combined as
 
     h = normalize(0.5·task + 0.25·mean(last 8 messages) + 0.25·last message)
 
@@ -54,14 +55,26 @@ class TranscriptEncoder:
 
     def encode(self, messages: Sequence[Message]) -> torch.Tensor:
         """[H] features of the transcript (zeros when it has no non-system message)."""
+        lines, limits = self.window(messages)
+        return self.combine(self.lines(lines, limits))
+
+    def window(self, messages: Sequence[Message]) -> tuple[list[str], list[int]]:
+        """The lines the features are made of (the task, then the recent messages) and their token limits;
+        none when the transcript has no non-system message."""
         msgs = [m for m in messages if m.role != "system"]
         if not msgs:
-            return torch.zeros(self.backbone.hidden_size)
+            return [], []
         task = next((m for m in msgs if m.role == "user"), msgs[0])
-        recent = msgs[-self.max_messages :]
-        window = [task, *recent]
-        limits = [self.max_tokens if m.role == "user" else self.step_tokens for m in window]
-        vecs = self.lines([m.as_line() for m in window], limits)  # [1 + R, H]
+        window = [task, *msgs[-self.max_messages :]]
+        return [m.as_line() for m in window], [self.limit(m) for m in window]
+
+    def limit(self, message: Message) -> int:
+        return self.max_tokens if message.role == "user" else self.step_tokens
+
+    def combine(self, vecs: torch.Tensor) -> torch.Tensor:
+        """[1 + R, H] vectors of `window`'s lines -> [H] features (zeros for no lines)."""
+        if not len(vecs):
+            return torch.zeros(self.backbone.hidden_size)
         h = TASK_WEIGHT * vecs[0] + RECENT_WEIGHT * vecs[1:].mean(0) + LAST_WEIGHT * vecs[-1]
         return F.normalize(h, dim=0)
 
@@ -80,21 +93,29 @@ class TranscriptEncoder:
 
     def lines(self, lines: Sequence[str], limits: Sequence[int] | None = None) -> torch.Tensor:
         """[N, H] vectors of `lines` (each cut to its token limit, default `max_tokens`), encoding only those
-        not cached: one backbone call per distinct limit."""
-        keys = [hashlib.blake2b(line.encode(), digest_size=16).digest() for line in lines]
-        todo: dict[int, dict[bytes, str]] = {}
-        for key, line, limit in zip(keys, lines, limits or [self.max_tokens] * len(lines), strict=True):
+        not cached, all in one backbone call."""
+        limits = limits or [self.max_tokens] * len(lines)
+        keys = [_key(line, limit) for line, limit in zip(lines, limits, strict=True)]
+        todo: dict[bytes, tuple[str, int]] = {}
+        for key, line, limit in zip(keys, lines, limits, strict=True):
             if key not in self._cache:
-                todo.setdefault(limit, {})[key] = line
-        for limit, batch in todo.items():
-            fresh = self.backbone.encode(list(batch.values()), max_length=limit)
-            self._cache.update(zip(batch, fresh, strict=True))
+                todo[key] = (line, limit)
+        if todo:
+            texts, sizes = zip(*todo.values(), strict=True)
+            fresh = self.backbone.encode(list(texts), max_length=list(sizes))
+            self._cache.update(zip(todo, fresh, strict=True))
+        if not keys:
+            return torch.zeros(0, self.backbone.hidden_size)
         out = torch.stack([self._cache[k] for k in keys])
         for k in keys:
             self._cache.move_to_end(k)
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
         return out
+
+
+def _key(line: str, limit: int) -> bytes:
+    return hashlib.blake2b(line.encode(), digest_size=16, person=limit.to_bytes(4, "little")).digest()
 
 
 def description_text(name: str, description: str, model: str | None = None) -> str:

@@ -21,7 +21,7 @@ import torch
 from fugu_cli.errors import ConfigError
 from fugu_cli.router.backbone import Backbone, load_backbone
 from fugu_cli.router.checkpoint import RouterCheckpoint, build_head, info_text, load_checkpoint
-from fugu_cli.router.features import FEATURES_VERSION, TranscriptEncoder, describe, description_text
+from fugu_cli.router.features import FEATURES_VERSION, TranscriptEncoder, description_text
 from fugu_cli.router.head import SelectionHead
 from fugu_cli.router.roles import ROLES
 from fugu_cli.router.svf import apply_svf
@@ -55,7 +55,6 @@ class LearnedRouter:
         self.encoder = TranscriptEncoder(backbone, max_tokens=meta.max_tokens, step_tokens=meta.step_tokens)
         self._known = {w.name: i for i, w in enumerate(meta.workers)}
         self._known_models = {w.model: i for i, w in enumerate(meta.workers) if w.model}
-        self._desc_cache: dict[str, torch.Tensor] = {}
 
     @classmethod
     def load(
@@ -83,10 +82,6 @@ class LearnedRouter:
             svf.merge()
         router = cls(backbone, build_head(meta, head_state), meta, cost_weight=cost_weight)
         router.name = f"learned:{Path(path).name}"
-        # The first forward initialises kernels (~0.5 s), and known workers' descriptions will be asked for:
-        # both are paid here, not on the first step.
-        known = [description_text(w.name, w.description, w.model) for w in meta.workers]
-        router._cache_descriptions(known or ["warm up"])
         return router
 
     @property
@@ -96,10 +91,18 @@ class LearnedRouter:
 
     def logits(self, state: RouteState, pool: Sequence[Worker]) -> torch.Tensor:
         """[W] raw head logits for `pool` (no mask, no cost)."""
-        return self._logits(self.encoder.encode(state.messages), pool)
+        return self._logits(*self._features(state, pool), pool)
 
-    def _logits(self, h: torch.Tensor, pool: Sequence[Worker]) -> torch.Tensor:  # [H] -> [W]
-        desc = self._descriptions(pool)  # [W, D]
+    def _features(self, state: RouteState, pool: Sequence[Worker]) -> tuple[torch.Tensor, torch.Tensor]:
+        """[H] transcript features and [W, D] the pool's description embeddings, from one backbone call
+        for whatever of either is not cached yet (a decision's new messages; the pool's descriptions once)."""
+        lines, limits = self.encoder.window(state.messages)
+        descs = [self._description(w) for w in pool]
+        vecs = self.encoder.lines([*lines, *descs], [*limits, *[self.meta.max_tokens] * len(descs)])
+        return self.encoder.combine(vecs[: len(lines)]), vecs[len(lines) :]
+
+    def _logits(self, h: torch.Tensor, desc: torch.Tensor, pool: Sequence[Worker]) -> torch.Tensor:
+        """[H], [W, D] -> [W]"""
         known = torch.tensor([self._index(w) for w in pool], dtype=torch.long)
         with torch.inference_mode():
             out: torch.Tensor = self.head(h[None], desc, known=known)[0]
@@ -107,7 +110,7 @@ class LearnedRouter:
 
     def utilities(self, state: RouteState, pool: Sequence[Worker]) -> np.ndarray:
         """[W] the utility of each pool worker for the next step (no mask): what `pick` maximises."""
-        return self._utilities(self._logits(self.encoder.encode(state.messages), pool), state, pool)
+        return self._utilities(self._logits(*self._features(state, pool), pool), state, pool)
 
     def _utilities(self, logits: torch.Tensor, state: RouteState, pool: Sequence[Worker]) -> np.ndarray:
         d = self.meta.decision
@@ -128,8 +131,8 @@ class LearnedRouter:
         live = np.array([w.name not in state.excluded for w in pool])
         if not live.any():
             raise LookupError("every worker in the pool is excluded")
-        h = self.encoder.encode(state.messages)  # [H]
-        util = self._utilities(self._logits(h, pool), state, pool)
+        h, desc = self._features(state, pool)  # [H], [W, D]
+        util = self._utilities(self._logits(h, desc, pool), state, pool)
         masked = np.where(live, util, -np.inf)
         best = int(np.argmax(masked))  # first maximum: ties go to the earlier worker in the pool
         z = (masked - masked[best]) / max(self.meta.decision.tau, 1e-6)
@@ -153,17 +156,6 @@ class LearnedRouter:
         if index is None:
             index = self._known_models.get(worker.model, -1)
         return index
-
-    def _descriptions(self, pool: Sequence[Worker]) -> torch.Tensor:
-        texts = [self._description(w) for w in pool]
-        self._cache_descriptions(texts)
-        return torch.stack([self._desc_cache[t] for t in texts])
-
-    def _cache_descriptions(self, texts: Sequence[str]) -> None:
-        missing = [t for t in dict.fromkeys(texts) if t not in self._desc_cache]
-        if missing:
-            vecs = describe(self.backbone, missing, max_tokens=self.meta.max_tokens)
-            self._desc_cache.update(zip(missing, vecs, strict=True))
 
     def _description(self, worker: Worker) -> str:
         """Known workers keep the description they were trained with; new ones bring their own."""

@@ -26,10 +26,15 @@ class CountingBackbone(Backbone):
         super().__init__(inner.id, inner.kind, inner.model, inner.tokenizer, inner.hidden_size)
         self.texts: list[str] = []
         self.limits: dict[str, int] = {}
+        self.calls = 0
 
-    def encode(self, texts: Sequence[str], *, max_length: int = 256, grad: bool = False) -> torch.Tensor:
+    def encode(
+        self, texts: Sequence[str], *, max_length: int | Sequence[int] = 256, grad: bool = False
+    ) -> torch.Tensor:
+        self.calls += 1
         self.texts += texts
-        self.limits.update(dict.fromkeys(texts, max_length))
+        sizes = [max_length] * len(texts) if isinstance(max_length, int) else list(max_length)
+        self.limits.update(zip(texts, sizes, strict=True))
         return super().encode(texts, max_length=max_length, grad=grad)
 
 
@@ -61,6 +66,29 @@ def test_each_message_is_encoded_once_as_the_session_grows() -> None:
     last = enc.encode(msgs)
     assert len(bb.texts) == 50  # nothing new: no backbone call at all
     assert torch.allclose(last, TranscriptEncoder(minilm()).encode(msgs), atol=1e-6)
+
+
+def test_a_decision_is_one_backbone_call_whatever_the_limits_of_its_new_messages(tmp_path: Path) -> None:
+    pool = [worker("sql"), worker("web")]
+    router = _router(tmp_path, pool)
+    bb = CountingBackbone(router.backbone)
+    router.backbone = router.encoder.backbone = bb
+    call = ToolCall("c1", "shell", '{"cmd": "ls"}')
+    first = [*user("make the test suite pass")]
+    router.pick(RouteState(messages=tuple(first), step=1), pool)  # the task and both descriptions
+    assert bb.calls == 1 and len(bb.texts) == 3
+    step = [*first, Message("assistant", "looking", (call,)), Message("tool", "a.py b.py", tool_call_id="c1")]
+    router.pick(RouteState(messages=tuple(step), step=2), pool)
+    assert bb.calls == 2 and bb.texts[3:] == [m.as_line() for m in step[1:]]
+    turn = [*step, Message("assistant", "two files"), *user("now add a README")]  # limits 64 and 128
+    router.pick(RouteState(messages=tuple(turn), step=3), pool)
+    assert bb.calls == 3 and bb.texts[5:] == [m.as_line() for m in turn[3:]]
+    assert {bb.limits[turn[3].as_line()], bb.limits[turn[4].as_line()]} == {64, 128}
+    router.pick(RouteState(messages=tuple(turn), step=3), pool)
+    assert bb.calls == 3  # nothing new: no backbone call
+    # the batched vectors are the ones each message gets on its own
+    alone = TranscriptEncoder(minilm()).encode(turn)
+    assert torch.allclose(router.encoder.encode(turn), alone, atol=1e-5)
 
 
 def test_a_single_prompt_encodes_like_a_one_message_transcript() -> None:
