@@ -322,7 +322,11 @@ def make_llm(config: Config) -> LLM:
     s = config.llm
     return LiteLLMClient(
         ClientConfig(
-            timeout_s=s.timeout_s, max_retries=s.max_retries, backoff_base_s=s.backoff_base_s, stream=s.stream
+            timeout_s=s.timeout_s,
+            max_retries=s.max_retries,
+            backoff_base_s=s.backoff_base_s,
+            stream=s.stream,
+            direct=s.direct,
         )
     )
 

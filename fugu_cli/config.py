@@ -45,6 +45,7 @@ class LLMSettings(BaseModel):
     max_retries: int = Field(default=3, ge=0)
     backoff_base_s: float = Field(default=0.5, ge=0)
     stream: bool = True
+    direct: bool = True  # OpenAI-compatible workers over HTTP directly; false: through litellm as well
 
 
 class PermissionSettings(BaseModel):

@@ -1,5 +1,8 @@
-"""The production `LLM`: chat completions through litellm, with our own retries, streaming, usage and cost.
+"""The production `LLM`: chat completions with our own retries, streaming, cancel, usage and cost.
 
+OpenAI-compatible workers (`openai/...`) are posted to directly over HTTP (direct.py): no translation is
+needed, so litellm's import (seconds) and its per-call work are not paid for them; every other provider goes
+through litellm. Both paths share the retries, the fault classes, cancel and pricing.
 The only module that imports litellm, and only inside `load_litellm()` (first call), never at import time.
 Never prints: a warning the user should hear (no price known) rides on the Completion, and goes to the log.
 """
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from fugu_cli.errors import ContextOverflow, Interrupted, ProviderError
+from fugu_cli.llm.direct import DirectClient, is_openai_compatible
 from fugu_cli.llm.parse import MalformedReply, StreamAssembler, completion_from_response
 from fugu_cli.llm.pricing import PriceBook
 from fugu_cli.llm.transcript import clean_transcript, mark_cache_breakpoints
@@ -40,6 +44,7 @@ class ClientConfig:
     backoff_base_s: float = 0.5
     backoff_max_s: float = 30.0
     stream: bool = True
+    direct: bool = True  # OpenAI-compatible workers over HTTP directly; False: through litellm like the rest
 
 
 @functools.cache
@@ -51,6 +56,16 @@ def load_litellm() -> Any:
     litellm.suppress_debug_info = True
     litellm.drop_params = True
     return litellm
+
+
+_preloading = threading.Lock()
+
+
+def preload_litellm() -> None:
+    """Import litellm in a background thread (once), unless it is loaded or loading already."""
+    if load_litellm.cache_info().currsize or not _preloading.acquire(blocking=False):
+        return
+    threading.Thread(target=load_litellm, name="litellm-import", daemon=True).start()
 
 
 @dataclass(frozen=True)
@@ -89,10 +104,16 @@ class LiteLLMClient:
     def __init__(self, config: ClientConfig | None = None) -> None:
         self.config = config or ClientConfig()
         self.prices = PriceBook(load_litellm)
+        self.direct = DirectClient(self.config.timeout_s)
 
     def warm(self) -> None:
         """Import litellm now (about 3 s), e.g. in a background thread while the user types."""
+        self.direct.warm()
         load_litellm()
+
+    def is_direct(self, worker: Worker) -> bool:
+        """Whether calls to `worker` skip litellm."""
+        return self.config.direct and is_openai_compatible(worker)
 
     def complete(
         self,
@@ -105,6 +126,8 @@ class LiteLLMClient:
     ) -> Completion:
         request = self._request(worker, messages, tools)
         stream = on_text is not None and self.config.stream
+        if self.is_direct(worker) and self.prices.needs_table(worker):
+            preload_litellm()  # its reply's cost needs litellm's price table: import it while the call waits
 
         def attempt() -> Completion:
             return self._attempt(worker, request, stream, on_text, cancel)
@@ -121,9 +144,6 @@ class LiteLLMClient:
         request: dict[str, Any] = {
             "model": worker.model,
             "messages": mark_cache_breakpoints(wire) if prompt_caching(worker) else wire,
-            "timeout": self.config.timeout_s,
-            "num_retries": 0,
-            "max_retries": 0,
         }
         if tools:
             request["tools"] = [dict(t) for t in tools]
@@ -169,14 +189,21 @@ class LiteLLMClient:
         events: queue.Queue[tuple[str, Any]],
         abort: threading.Event,
     ) -> None:
+        chunks: Any = None
         try:
-            litellm = load_litellm()
-            if abort.is_set():  # cancelled while litellm was importing: don't send (or pay for) the request
-                return
+            if self.is_direct(worker):
+                send: Callable[..., Any] = self._direct_send(worker)
+            else:
+                litellm = load_litellm()
+                if abort.is_set():  # cancelled while litellm was importing: don't send (or pay for) it
+                    return
+                send = functools.partial(
+                    litellm.completion, timeout=self.config.timeout_s, num_retries=0, max_retries=0
+                )
             if not stream:
-                events.put(("done", completion_from_response(litellm.completion(**request), worker.name)))
+                events.put(("done", completion_from_response(send(**request), worker.name)))
                 return
-            chunks = litellm.completion(**request, stream=True, stream_options={"include_usage": True})
+            chunks = send(**request, stream=True, stream_options={"include_usage": True})
             assembler = StreamAssembler(worker.name)
             for chunk in chunks:
                 if abort.is_set():
@@ -187,6 +214,23 @@ class LiteLLMClient:
             events.put(("done", assembler.result()))
         except Exception as exc:
             events.put(("error", exc))
+        finally:
+            close = getattr(chunks, "close", None)
+            if callable(close):  # a cancelled stream stops reading (and its connection closes) now
+                try:
+                    close()
+                except Exception:
+                    log.debug("closing a stream failed", exc_info=True)
+
+    def _direct_send(self, worker: Worker) -> Callable[..., Any]:
+        """`send(**request, stream=...)` over direct.py, shaped like `litellm.completion`."""
+
+        def send(stream: bool = False, **request: Any) -> Any:
+            if stream:
+                return self.direct.stream(worker, request | {"stream": True})
+            return self.direct.complete(worker, request)
+
+        return send
 
     def _finish(self, worker: Worker, completion: Completion | None) -> Completion:
         if completion is None:

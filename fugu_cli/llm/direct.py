@@ -1,6 +1,7 @@
-"""The short way to an OpenAI-compatible worker (model `openai/...`): the client's request posted as it is,
-over one pooled HTTP connection per worker, its reply read as it is. No translation is needed, so none is
-paid for (litellm adds about 10 ms a call); every other provider goes through litellm.
+"""The short way to an OpenAI-compatible worker (model `openai/...`): the request posted as it is, over one
+pooled HTTP connection per worker, its reply read as it is. No translation is needed, so none is paid for
+(litellm adds about 10 ms a call and seconds to import); every other provider goes through litellm. Used by
+the agent's client (client.py) and by serve's pass-through (forward.py).
 
 Failures are raised as the exceptions `client.classify` knows (status codes, timeouts, connection errors).
 httpx is imported on first use. Never prints.
@@ -34,7 +35,8 @@ class HTTPStatusFault(Exception):
             self.body = None
         error = self.body.get("error") if isinstance(self.body, dict) else None
         message = error.get("message") if isinstance(error, dict) else (error or text[:300])
-        super().__init__(f"HTTP {status_code}: {message}")
+        code = error.get("code") if isinstance(error, dict) else None
+        super().__init__(f"HTTP {status_code}: {message}" + (f" ({code})" if code else ""))
 
 
 class DirectClient:

@@ -44,6 +44,10 @@ class PriceBook:
     def __init__(self, litellm: Callable[[], Any]) -> None:
         self._litellm = litellm
 
+    def needs_table(self, worker: Worker) -> bool:
+        """Whether a reply of `worker` is priced from litellm's table (it has no prices of its own)."""
+        return worker.price_in is None and worker.price_out is None
+
     def cost(self, worker: Worker, usage: Usage) -> tuple[Usage, str | None]:
         cached_price = None
         if worker.price_cached is None and worker.price_in is not None and usage.cached_tokens:

@@ -1,7 +1,10 @@
-"""LiteLLMClient through litellm's own HTTP code against the loopback provider (OpenAI, Anthropic shapes)."""
+"""The agent's LLM client against the loopback provider on both of its paths: OpenAI-compatible workers posted
+to directly (`direct`) and through litellm's own HTTP code (`litellm`, also the only path for Anthropic's
+shape), each OpenAI-shaped behaviour checked on both."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -28,13 +31,23 @@ SHELL_TOOL = {
 TASK = [Message("system", "You are fugu."), Message("user", "list the files")]
 
 
+@pytest.fixture(params=["direct", "litellm"])
+def path(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def on(path: str, config: ClientConfig = FAST) -> ClientConfig:
+    """`config` for the client path under test."""
+    return dataclasses.replace(config, direct=path == "direct")
+
+
 def openai_worker(server: LoopbackServer, model: str = "openai/test-model", **kw: object) -> Worker:
     return Worker(name="w-open", model=model, api_base=server.base_url, **kw)  # type: ignore[arg-type]
 
 
-def test_text_reply(loopback: LoopbackServer) -> None:
+def test_text_reply(path: str, loopback: LoopbackServer) -> None:
     loopback.script("test-model", ["hello from loopback"])
-    done = LiteLLMClient(FAST).complete(openai_worker(loopback), TASK, [SHELL_TOOL])
+    done = LiteLLMClient(on(path)).complete(openai_worker(loopback), TASK, [SHELL_TOOL])
     assert done.message.content == "hello from loopback"
     assert done.message.role == "assistant" and done.message.worker == "w-open"
     assert done.message.tool_calls == ()
@@ -44,28 +57,31 @@ def test_text_reply(loopback: LoopbackServer) -> None:
     assert req.messages == [m.to_openai() for m in TASK]
     assert req.body["tools"][0]["function"]["name"] == "shell"
     assert "authorization" not in req.headers
+    assert set(req.body) == {"model", "messages", "tools"}  # nothing litellm-only reaches the wire
+    # litellm calls through the OpenAI SDK, which signs its requests; the direct path is plain httpx
+    assert any(h.startswith("x-stainless") for h in req.headers) == (path == "litellm")
 
 
-def test_tool_call_reply_keeps_arguments(loopback: LoopbackServer) -> None:
+def test_tool_call_reply_keeps_arguments(path: str, loopback: LoopbackServer) -> None:
     args = {"cmd": "ls -la 'a b'", "nested": {"n": [1, 2]}}
     loopback.script("test-model", [{"tool_calls": [{"id": "call_42", "name": "shell", "arguments": args}]}])
-    done = LiteLLMClient(FAST).complete(openai_worker(loopback), TASK, [SHELL_TOOL])
+    done = LiteLLMClient(on(path)).complete(openai_worker(loopback), TASK, [SHELL_TOOL])
     [call] = done.message.tool_calls
     assert (call.id, call.name) == ("call_42", "shell")
     assert json.loads(call.arguments) == args
     assert done.finish_reason == "tool_calls"
 
 
-def test_invalid_tool_arguments_pass_through_raw(loopback: LoopbackServer) -> None:
+def test_invalid_tool_arguments_pass_through_raw(path: str, loopback: LoopbackServer) -> None:
     loopback.script("test-model", [{"tool_calls": [{"name": "shell", "arguments": '{"cmd": "ls'}]}])
-    done = LiteLLMClient(FAST).complete(openai_worker(loopback), TASK, [SHELL_TOOL])
+    done = LiteLLMClient(on(path)).complete(openai_worker(loopback), TASK, [SHELL_TOOL])
     assert done.message.tool_calls[0].arguments == '{"cmd": "ls'
 
 
-def test_missing_tool_call_ids_are_synthesized(loopback: LoopbackServer) -> None:
+def test_missing_tool_call_ids_are_synthesized(path: str, loopback: LoopbackServer) -> None:
     calls = [{"id": None, "name": "shell", "arguments": {"cmd": c}} for c in ("a", "b")]
     loopback.script("test-model", [{"tool_calls": calls}, {"tool_calls": calls}])
-    client = LiteLLMClient(FAST)
+    client = LiteLLMClient(on(path))
     plain = client.complete(openai_worker(loopback), TASK, [SHELL_TOOL])
     streamed = client.complete(openai_worker(loopback), TASK, [SHELL_TOOL], on_text=lambda _t: None)
     ids = [c.id for c in plain.message.tool_calls + streamed.message.tool_calls]
@@ -73,13 +89,15 @@ def test_missing_tool_call_ids_are_synthesized(loopback: LoopbackServer) -> None
     assert [json.loads(c.arguments)["cmd"] for c in streamed.message.tool_calls] == ["a", "b"]
 
 
-def test_streaming_text_and_tool_call(loopback: LoopbackServer) -> None:
+def test_streaming_text_and_tool_call(path: str, loopback: LoopbackServer) -> None:
     text = "Let me look at the repository first."
     args = {"cmd": "git status --porcelain", "timeout": 30}
     reply = {"content": text, "tool_calls": [{"id": "call_s", "name": "shell", "arguments": args}]}
     loopback.script("test-model", [{**reply, "usage": {"prompt_tokens": 321, "completion_tokens": 45}}])
     deltas: list[str] = []
-    done = LiteLLMClient(FAST).complete(openai_worker(loopback), TASK, [SHELL_TOOL], on_text=deltas.append)
+    done = LiteLLMClient(on(path)).complete(
+        openai_worker(loopback), TASK, [SHELL_TOOL], on_text=deltas.append
+    )
     assert len(deltas) > 3 and "".join(deltas) == text
     assert done.message.content == text
     [call] = done.message.tool_calls
@@ -89,11 +107,11 @@ def test_streaming_text_and_tool_call(loopback: LoopbackServer) -> None:
     assert req.stream and req.body["stream_options"] == {"include_usage": True}
 
 
-def test_cost_from_worker_prices(loopback: LoopbackServer) -> None:
+def test_cost_from_worker_prices(path: str, loopback: LoopbackServer) -> None:
     usage = {"prompt_tokens": 1000, "completion_tokens": 500, "cached_tokens": 200}
     loopback.script("test-model", [{"content": "ok", "usage": usage}])
     worker = openai_worker(loopback, price_in=2.0, price_out=10.0)
-    done = LiteLLMClient(FAST).complete(worker, TASK, [])
+    done = LiteLLMClient(on(path)).complete(worker, TASK, [])
     assert (done.usage.prompt_tokens, done.usage.completion_tokens, done.usage.cached_tokens) == (
         1000,
         500,
@@ -102,21 +120,21 @@ def test_cost_from_worker_prices(loopback: LoopbackServer) -> None:
     assert done.usage.cost_usd == pytest.approx(0.002 + 0.005)
 
 
-def test_cost_from_litellm_table(loopback: LoopbackServer) -> None:
+def test_cost_from_litellm_table(path: str, loopback: LoopbackServer) -> None:
     loopback.script(
         "gpt-4o-mini", [{"content": "ok", "usage": {"prompt_tokens": 1000, "completion_tokens": 1000}}]
     )
-    client = LiteLLMClient(FAST)
+    client = LiteLLMClient(on(path))
     done = client.complete(openai_worker(loopback, model="openai/gpt-4o-mini"), TASK, [])
     assert done.usage.cost_usd == pytest.approx(1000 * 0.15e-6 + 1000 * 0.6e-6)
     assert done.warnings == ()
 
 
 def test_unknown_price_costs_zero_and_warns_once(
-    loopback: LoopbackServer, caplog: pytest.LogCaptureFixture
+    path: str, loopback: LoopbackServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     model = f"openai/unpriced-{uuid.uuid4().hex[:8]}"
-    client = LiteLLMClient(FAST)
+    client = LiteLLMClient(on(path))
     with caplog.at_level(logging.WARNING, logger="fugu"):
         done = [client.complete(openai_worker(loopback, model=model), TASK, []) for _ in range(3)]
     assert [d.usage.cost_usd for d in done] == [0.0, 0.0, 0.0]
@@ -125,10 +143,10 @@ def test_unknown_price_costs_zero_and_warns_once(
     assert [r.getMessage() for r in caplog.records if model in r.getMessage()] == seen
 
 
-def test_rate_limit_then_success_is_retried(loopback: LoopbackServer) -> None:
+def test_rate_limit_then_success_is_retried(path: str, loopback: LoopbackServer) -> None:
     loopback.script("test-model", [{"fault": 429}, {"fault": 429, "retry_after": 0.4}, "finally"])
     start = time.monotonic()
-    done = LiteLLMClient(FAST).complete(openai_worker(loopback), TASK, [])
+    done = LiteLLMClient(on(path)).complete(openai_worker(loopback), TASK, [])
     assert done.message.content == "finally"
     assert [r.status for r in loopback.requests] == [429, 429, 200]
     gap = loopback.requests[2].arrived - loopback.requests[1].finished  # type: ignore[operator]
@@ -136,11 +154,11 @@ def test_rate_limit_then_success_is_retried(loopback: LoopbackServer) -> None:
     assert time.monotonic() - start < 3.0
 
 
-def test_server_errors_exhaust_retries(loopback: LoopbackServer) -> None:
+def test_server_errors_exhaust_retries(path: str, loopback: LoopbackServer) -> None:
     loopback.script("test-model", [{"fault": 500}] * 6)
     config = ClientConfig(timeout_s=5.0, max_retries=3, backoff_base_s=0.01)
     with pytest.raises(ProviderError) as err:
-        LiteLLMClient(config).complete(openai_worker(loopback), TASK, [])
+        LiteLLMClient(on(path, config)).complete(openai_worker(loopback), TASK, [])
     assert len(loopback.requests) == 4
     assert err.value.worker == "w-open" and err.value.retryable
     message = str(err.value)
@@ -148,62 +166,64 @@ def test_server_errors_exhaust_retries(loopback: LoopbackServer) -> None:
     assert "\n" not in message
 
 
-def test_timeout_is_retried_then_fails_in_bounded_time(loopback: LoopbackServer) -> None:
+def test_timeout_is_retried_then_fails_in_bounded_time(path: str, loopback: LoopbackServer) -> None:
     loopback.script("test-model", [{"fault": "timeout", "sleep_s": 5}] * 3)
     config = ClientConfig(timeout_s=0.3, max_retries=1, backoff_base_s=0.01)
     start = time.monotonic()
     with pytest.raises(ProviderError, match="timed out"):
-        LiteLLMClient(config).complete(openai_worker(loopback), TASK, [])
+        LiteLLMClient(on(path, config)).complete(openai_worker(loopback), TASK, [])
     assert time.monotonic() - start < 2.5
     assert len(loopback.requests) == 2
 
 
-def test_malformed_json_is_retried(loopback: LoopbackServer) -> None:
+def test_malformed_json_is_retried(path: str, loopback: LoopbackServer) -> None:
     loopback.script("test-model", [{"fault": "malformed"}, "recovered"])
-    done = LiteLLMClient(FAST).complete(openai_worker(loopback), TASK, [])
+    done = LiteLLMClient(on(path)).complete(openai_worker(loopback), TASK, [])
     assert done.message.content == "recovered"
     assert len(loopback.requests) == 2
 
 
-def test_unauthorized_is_not_retried(loopback: LoopbackServer) -> None:
+def test_unauthorized_is_not_retried(path: str, loopback: LoopbackServer) -> None:
     loopback.script("test-model", [{"fault": 401}, "never reached"])
     with pytest.raises(ProviderError) as err:
-        LiteLLMClient(FAST).complete(openai_worker(loopback), TASK, [])
+        LiteLLMClient(on(path)).complete(openai_worker(loopback), TASK, [])
     assert not err.value.retryable
     assert len(loopback.requests) == 1 and "401" in str(err.value)
 
 
-def test_connection_refused_is_retried_then_fails() -> None:
+def test_connection_refused_is_retried_then_fails(path: str) -> None:
     server = LoopbackServer().start()
     worker = openai_worker(server)
     server.stop()
     with pytest.raises(ProviderError, match="w-open"):
-        LiteLLMClient(ClientConfig(timeout_s=2.0, max_retries=1, backoff_base_s=0.01)).complete(
+        LiteLLMClient(on(path, ClientConfig(timeout_s=2.0, max_retries=1, backoff_base_s=0.01))).complete(
             worker, TASK, []
         )
 
 
-def test_missing_key_fails_before_any_request(loopback: LoopbackServer) -> None:
+def test_missing_key_fails_before_any_request(path: str, loopback: LoopbackServer) -> None:
     worker = Worker(name="w-key", model="openai/test-model", api_key_env="FUGU_TEST_NO_SUCH_KEY")
     with pytest.raises(ProviderError, match="FUGU_TEST_NO_SUCH_KEY is not set") as err:
-        LiteLLMClient(FAST).complete(worker, TASK, [])
+        LiteLLMClient(on(path)).complete(worker, TASK, [])
     assert not err.value.retryable and loopback.requests == []
 
 
-def test_key_from_environment_is_sent(loopback: LoopbackServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_key_from_environment_is_sent(
+    path: str, loopback: LoopbackServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("FUGU_TEST_KEY", "sk-secret-1234")
-    LiteLLMClient(FAST).complete(openai_worker(loopback, api_key_env="FUGU_TEST_KEY"), TASK, [])
-    LiteLLMClient(FAST).complete(anthropic_worker(loopback, api_key_env="FUGU_TEST_KEY"), TASK, [])
+    LiteLLMClient(on(path)).complete(openai_worker(loopback, api_key_env="FUGU_TEST_KEY"), TASK, [])
+    LiteLLMClient(on(path)).complete(anthropic_worker(loopback, api_key_env="FUGU_TEST_KEY"), TASK, [])
     assert [r.key_tail for r in loopback.requests] == ["1234", "1234"]
     assert all("authorization" not in r.headers and "x-api-key" not in r.headers for r in loopback.requests)
 
 
-def test_local_server_without_key_gets_a_dummy_key(loopback: LoopbackServer) -> None:
-    LiteLLMClient(FAST).complete(openai_worker(loopback), TASK, [])
+def test_local_server_without_key_gets_a_dummy_key(path: str, loopback: LoopbackServer) -> None:
+    LiteLLMClient(on(path)).complete(openai_worker(loopback), TASK, [])
     assert loopback.requests[0].key_tail == LOCAL_DUMMY_KEY[-4:]
 
 
-def test_cancel_during_slow_stream_is_prompt(loopback: LoopbackServer) -> None:
+def test_cancel_during_slow_stream_is_prompt(path: str, loopback: LoopbackServer) -> None:
     loopback.script("test-model", [{"content": "x" * 400, "chunk_size": 2, "chunk_delay_s": 0.1}])
     cancel = threading.Event()
     deltas: list[str] = []
@@ -216,18 +236,18 @@ def test_cancel_during_slow_stream_is_prompt(loopback: LoopbackServer) -> None:
             cancel.set()
 
     with pytest.raises(Interrupted):
-        LiteLLMClient(FAST).complete(openai_worker(loopback), TASK, [], on_text=on_text, cancel=cancel)
+        LiteLLMClient(on(path)).complete(openai_worker(loopback), TASK, [], on_text=on_text, cancel=cancel)
     assert time.monotonic() - cancelled_at[0] < 0.2
     assert 3 <= len(deltas) < 10
 
 
-def test_cancel_before_reply_arrives(loopback: LoopbackServer) -> None:
+def test_cancel_before_reply_arrives(path: str, loopback: LoopbackServer) -> None:
     loopback.script("test-model", [{"content": "late", "delay_s": 3}])
     cancel = threading.Event()
     threading.Timer(0.2, cancel.set).start()
     start = time.monotonic()
     with pytest.raises(Interrupted):
-        LiteLLMClient(FAST).complete(openai_worker(loopback), TASK, [], cancel=cancel)
+        LiteLLMClient(on(path)).complete(openai_worker(loopback), TASK, [], cancel=cancel)
     assert time.monotonic() - start < 1.0
 
 
@@ -241,9 +261,9 @@ def handoff_transcript() -> list[Message]:
     ]
 
 
-def test_transcript_from_another_worker_round_trips(loopback: LoopbackServer) -> None:
+def test_transcript_from_another_worker_round_trips(path: str, loopback: LoopbackServer) -> None:
     loopback.script("test-model", ["two files"])
-    LiteLLMClient(FAST).complete(openai_worker(loopback), handoff_transcript(), [SHELL_TOOL])
+    LiteLLMClient(on(path)).complete(openai_worker(loopback), handoff_transcript(), [SHELL_TOOL])
     sent = loopback.requests[0].messages
     assert sent[2]["role"] == "assistant" and sent[2]["tool_calls"][0]["id"] == "call_abc123"
     assert sent[2]["tool_calls"][0]["function"] == {"name": "shell", "arguments": '{"cmd": "ls"}'}
@@ -318,12 +338,12 @@ def test_load_litellm_configures_it_once() -> None:
     assert os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
 
 
-def test_on_text_errors_propagate_without_retry(loopback: LoopbackServer) -> None:
+def test_on_text_errors_propagate_without_retry(path: str, loopback: LoopbackServer) -> None:
     loopback.script("test-model", ["some streamed text", "second"])
 
     def broken(_piece: str) -> None:
         raise RuntimeError("renderer bug")
 
     with pytest.raises(RuntimeError, match="renderer bug"):
-        LiteLLMClient(FAST).complete(openai_worker(loopback), TASK, [], on_text=broken)
+        LiteLLMClient(on(path)).complete(openai_worker(loopback), TASK, [], on_text=broken)
     assert len(loopback.requests) == 1

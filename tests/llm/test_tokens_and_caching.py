@@ -3,6 +3,8 @@ through litellm's own code against the loopback provider."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from fugu_cli.errors import ContextOverflow
@@ -52,11 +54,14 @@ def test_counts_follow_the_workers_tokenizer_and_repeat_from_the_cache() -> None
     assert expected / 2 < rough < expected * 2
 
 
-def test_openai_context_window_error_is_an_overflow_and_not_retried(loopback: LoopbackServer) -> None:
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "litellm"])
+def test_openai_context_window_error_is_an_overflow_and_not_retried(
+    loopback: LoopbackServer, direct: bool
+) -> None:
     loopback.script("test-model", [OPENAI_OVERFLOW, "never"])
     worker = Worker("w", "openai/test-model", api_base=loopback.base_url)
     with pytest.raises(ContextOverflow) as caught:
-        LiteLLMClient(FAST).complete(worker, TASK, [])
+        LiteLLMClient(dataclasses.replace(FAST, direct=direct)).complete(worker, TASK, [])
     assert "context window" in str(caught.value)
     assert len(loopback.requests) == 1
 
@@ -86,10 +91,27 @@ def test_anthropic_requests_carry_cache_breakpoints_on_the_stable_prefix(loopbac
     assert len(marked) == 1
 
 
-def test_openai_requests_carry_no_cache_marks(loopback: LoopbackServer) -> None:
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "litellm"])
+def test_openai_requests_carry_no_cache_marks(loopback: LoopbackServer, direct: bool) -> None:
     loopback.script("test-model", ["ok"])
-    LiteLLMClient(FAST).complete(Worker("w", "openai/test-model", api_base=loopback.base_url), TASK, [])
+    worker = Worker("w", "openai/test-model", api_base=loopback.base_url)
+    LiteLLMClient(dataclasses.replace(FAST, direct=direct)).complete(worker, TASK, [])
     assert "cache_control" not in str(loopback.requests[0].body)
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "litellm"])
+def test_a_claude_model_on_an_openai_compatible_server_gets_no_cache_marks(
+    loopback: LoopbackServer, direct: bool
+) -> None:
+    """A model id that merely contains "claude" on an OpenAI-compatible endpoint (a proxy, a router) is not
+    Anthropic's API: no cache_control blocks, its messages as plain strings."""
+    loopback.script("claude-sonnet", ["ok"])
+    worker = Worker("w", "openai/claude-sonnet", api_base=loopback.base_url)
+    transcript = [*TASK, Message("assistant", "Looking."), Message("user", "and the tests?")]
+    LiteLLMClient(dataclasses.replace(FAST, direct=direct)).complete(worker, transcript, [])
+    body = loopback.requests[0].body
+    assert "cache_control" not in str(body)
+    assert all(isinstance(m["content"], str) for m in body["messages"])
 
 
 def test_cached_input_tokens_cost_the_cached_price(loopback: LoopbackServer) -> None:
