@@ -290,7 +290,7 @@ def make_tokens(config: Config) -> TokenCounter:
     from fugu_cli.llm.client import load_litellm
     from fugu_cli.llm.tokens import LiteLLMTokens
 
-    return LiteLLMTokens(load_litellm, config.context.output_reserve)
+    return LiteLLMTokens(load_litellm, config.context.output_reserve, fugu_home() / "cache" / "models.json")
 
 
 def context_policy(config: Config, tokens: TokenCounter) -> ContextPolicy:

@@ -1,15 +1,17 @@
 """Who can hold the transcript: each worker's request size in its own tokenizer, against its window less the
 reserve for its reply. A worker that cannot hold it is masked for the step; past `compact_at` of the chosen
-worker's window the transcript is compacted first. Never prints.
+worker's window the transcript is compacted first. A request whose upper bound (its bytes) is already under
+a worker's threshold is not counted for it: the decision is the same, and no tokenizer has to load.
+Never prints.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fugu_cli.llm.tokens import TokenCounter, Window, request_tokens
+from fugu_cli.llm.tokens import TokenCounter, Window, message_bound, request_tokens, tools_bound
 from fugu_cli.types import Message, Worker
 
 
@@ -36,7 +38,8 @@ class ContextPolicy:
 
 @dataclass(frozen=True)
 class Fit:
-    """Request tokens per worker for one step, and the workers masked because they cannot hold it."""
+    """Request tokens per worker for one step, and the workers masked because they cannot hold it. A worker
+    whose request was not counted (its upper bound is under its threshold) has that bound instead."""
 
     tokens: Mapping[str, int]
     masked: Mapping[str, str] = field(default_factory=dict)
@@ -56,14 +59,20 @@ class RunningCounts:
         self._by_family: dict[str, tuple[list[Message], list[int]]] = {}
 
     def total(self, policy: ContextPolicy, worker: Worker, messages: Sequence[Message]) -> int:
-        family = policy.counter.family(worker)
+        return self._sum(policy.counter.family(worker), messages, lambda m: policy.counter.message(worker, m))
+
+    def bound(self, messages: Sequence[Message]) -> int:
+        """An upper bound of `total` for every worker (`message_bound` summed)."""
+        return self._sum("", messages, message_bound)
+
+    def _sum(self, family: str, messages: Sequence[Message], count: Callable[[Message], int]) -> int:
         old, sums = self._by_family.get(family, ([], [0]))
         same, limit = 0, min(len(old), len(messages))
         while same < limit and old[same] is messages[same]:
             same += 1
         sums = sums[: same + 1]
         for m in messages[same:]:
-            sums.append(sums[-1] + policy.counter.message(worker, m))
+            sums.append(sums[-1] + count(m))
         self._by_family[family] = (list(messages), sums)
         return sums[-1]
 
@@ -81,8 +90,12 @@ def fit(
     by_family: dict[str, int] = {}
     tokens: dict[str, int] = {}
     masked: dict[str, str] = {}
+    bound = running.bound(messages) + tools_bound(tools) + 3 if running is not None else None
     for w in workers:
         if w.name in skip:
+            continue
+        if bound is not None and bound <= policy.threshold(w):
+            tokens[w.name] = bound
             continue
         family = policy.counter.family(w)
         if family not in by_family:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fugu_cli.llm.tokens import TokenCounter
+from fugu_cli.llm.tokens import TokenCounter, at_most
 from fugu_cli.types import Message
 
 CACHE_VERSION = 1
@@ -141,7 +141,7 @@ class RepoMap:
         while lo <= hi:  # the most definitions that fit
             mid = (lo + hi) // 2
             text = _render(ranked[:mid])
-            if self.counter.text(None, text) <= budget:
+            if at_most(text) <= budget or self.counter.text(None, text) <= budget:  # no tokenizer if plain
                 best, lo = text, mid + 1
             else:
                 hi = mid - 1

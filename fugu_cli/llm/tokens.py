@@ -2,7 +2,9 @@
 cached per message (the transcript only grows, so a step costs the new messages, not the whole history).
 
 `LiteLLMTokens` counts with litellm's `token_counter` (litellm comes in through `load_litellm`, never at
-import); `CharTokens` is the approximation (four characters a token) that scripted runs use. Never prints.
+import; windows come from litellm's table through modelinfo.py's cache); `CharTokens` is the approximation
+(four characters a token) that scripted runs use. `at_most` bounds any of their counts from above without a
+tokenizer, so a request that plainly fits needs no count at all. Never prints.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
+from fugu_cli.llm.modelinfo import ModelInfo
 from fugu_cli.types import Message, Worker
 
 DEFAULT_WINDOW = 32_768  # a model litellm does not know and the pool gives no context_limit for
@@ -21,6 +25,24 @@ DEFAULT_RESERVE = 4_096
 MAX_RESERVE = 8_192
 MESSAGE_OVERHEAD = 4  # role and separators around every chat message
 CACHE_SIZE = 50_000
+# Every tokenizer fugu counts with (tiktoken's and the byte-level BPE ones litellm ships, or four characters
+# a token) gives each token at least one byte of the text; a tokenizer may add a start and an end token.
+BOUND_SLACK = 2
+
+
+def at_most(text: str) -> int:
+    """An upper bound of `text`'s token count in any tokenizer fugu counts with: its UTF-8 bytes + 2."""
+    return len(text.encode("utf-8", "surrogatepass")) + BOUND_SLACK
+
+
+def message_bound(message: Message) -> int:
+    """An upper bound of `TokenCounter.message` for any counter (see `at_most`)."""
+    return at_most(message_text(message)) + MESSAGE_OVERHEAD
+
+
+def tools_bound(tools: Sequence[Mapping[str, Any]]) -> int:
+    """An upper bound of `TokenCounter.tools` for any counter."""
+    return at_most(_schemas_text(tools)) if tools else 0
 
 
 @dataclass(frozen=True)
@@ -142,8 +164,12 @@ class LiteLLMTokens:
     """Counts with litellm's tokenizer for each worker's model (tiktoken's encodings ship with litellm, so
     nothing is downloaded); windows from the pool's `context_limit`, else litellm's model table."""
 
-    def __init__(self, litellm: Callable[[], Any], reserve: int | None = None) -> None:
+    def __init__(
+        self, litellm: Callable[[], Any], reserve: int | None = None, model_info: Path | None = None
+    ) -> None:
+        """`model_info`: where litellm's answers about windows are kept between runs (None: not kept)."""
         self._litellm = litellm
+        self._info = ModelInfo(litellm, model_info)
         self._reserve = reserve
         self._counts = _Counts()
         self._families: dict[str, tuple[str, Any]] = {}
@@ -198,17 +224,16 @@ class LiteLLMTokens:
             return f"litellm:{model}", lambda text: int(litellm.token_counter(model=model, text=text))
 
     def _lookup_window(self, worker: Worker) -> Window:
-        info: Mapping[str, Any] = {}
-        try:
-            info = self._litellm().get_model_info(worker.model) or {}
-        except Exception:
-            info = {}
-        max_output = info.get("max_output_tokens")
+        if worker.context_limit and self._reserve is not None:  # nothing to ask litellm's table
+            size = worker.context_limit
+            return Window(size, reserve_for(size, None, self._reserve), "pool")
+        info = self._info.get(worker.model)
+        max_output, max_input = info.get("max_output_tokens"), info.get("max_input_tokens")
         if worker.context_limit:
             size, source = worker.context_limit, "pool"
-        elif info.get("max_input_tokens"):
+        elif max_input:
             # some providers' replies come on top of max_input_tokens, others' not: assume not
-            size, source = int(info["max_input_tokens"]), "litellm"
+            size, source = max_input, "litellm"
         else:
             size, source = DEFAULT_WINDOW, "default"
         return Window(size, reserve_for(size, max_output, self._reserve), source)
