@@ -1,13 +1,16 @@
-"""What litellm's model table says about a model's window (max input and output tokens), remembered on disk
-per version of that table, so a run whose requests need no exact token count never imports litellm (seconds).
+"""What litellm says about a model: its window (max input and output tokens, from litellm's table) and the
+tokenizer litellm counts its tokens with, remembered on disk per version of that table, so fugu imports
+litellm (seconds) only the first time it meets a model. A tiktoken tokenizer is then loaded without litellm,
+from the encodings litellm ships (`tiktoken_counter`): the only module that imports tiktoken.
 
-The answers are litellm's own (`get_model_info`), asked once per model and table; the table is identified by
-its file's size and modification time, found without importing litellm. Never prints; a cache that cannot be
-read or written only costs the litellm import.
+The answers are litellm's own (`get_model_info`, `_select_tokenizer`), asked once per model and table; the
+table is identified by its file's size and modification time, found without importing litellm. Never prints;
+a cache that cannot be read or written only costs the litellm import.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -17,40 +20,84 @@ from pathlib import Path
 from typing import Any
 
 TABLE_FILE = "model_prices_and_context_window_backup.json"
+FIELDS = ("max_input_tokens", "max_output_tokens", "tokenizer")
+Counter = Callable[[str], int]
+
+
+def _litellm_dir() -> Path | None:
+    try:
+        spec = importlib.util.find_spec("litellm")  # finds the package without running it
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def table_version() -> str | None:
     """An id of the model table litellm would read (it reads its bundled copy: fugu sets
     LITELLM_LOCAL_MODEL_COST_MAP), or None when litellm cannot be found."""
+    folder = _litellm_dir()
     try:
-        spec = importlib.util.find_spec("litellm")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    try:
-        st = (Path(next(iter(spec.submodule_search_locations))) / TABLE_FILE).stat()
+        st = (folder / TABLE_FILE).stat() if folder else None
     except OSError:
         return None
-    return f"{st.st_size}-{st.st_mtime_ns}"
+    return f"{st.st_size}-{st.st_mtime_ns}" if st else None
+
+
+def litellm_tokenizer(litellm: Any, model: str) -> tuple[str, Counter]:
+    """The tokenizer litellm counts `model`'s tokens with: its family name and a counter."""
+    try:
+        from litellm.utils import _select_tokenizer
+
+        chosen = _select_tokenizer(model=model)
+        tokenizer = chosen["tokenizer"]
+        if chosen["type"] == "openai_tokenizer":
+            name = f"tiktoken:{tokenizer.name}"
+            return name, lambda text: len(tokenizer.encode(text, disallowed_special=()))
+        name = f"hf:{getattr(tokenizer, 'name_or_path', model)}"
+        return name, lambda text: len(tokenizer.encode(text).ids)
+    except Exception:  # a tokenizer that cannot load offline: litellm's generic counter
+        return f"litellm:{model}", lambda text: int(litellm.token_counter(model=model, text=text))
+
+
+@functools.cache
+def tiktoken_counter(name: str) -> Counter | None:
+    """A counter for tiktoken's encoding `name`, read from the copies litellm ships (where litellm itself
+    points tiktoken: CUSTOM_TIKTOKEN_CACHE_DIR, else its bundled folder), so nothing is downloaded; None
+    when it cannot be loaded."""
+    folder = _litellm_dir()
+    bundled = str(folder / "litellm_core_utils" / "tokenizers") if folder else None
+    where = os.environ.get("CUSTOM_TIKTOKEN_CACHE_DIR") or bundled
+    if where is None:
+        return None
+    os.environ["TIKTOKEN_CACHE_DIR"] = where  # what litellm sets when it loads
+    try:
+        import tiktoken
+
+        encoding = tiktoken.get_encoding(name)
+    except Exception:
+        return None
+    return lambda text: len(encoding.encode(text, disallowed_special=()))
 
 
 class ModelInfo:
-    """`get(model)`: litellm's max_input_tokens and max_output_tokens for `model` (each None when unknown),
-    from the file at `path` when it was asked before with the same table, else from litellm."""
+    """`get(model)`: litellm's max_input_tokens and max_output_tokens for `model` (each None when unknown)
+    and its `tokenizer` family, from the file at `path` when it was asked before with the same table, else
+    from litellm."""
 
     def __init__(self, litellm: Callable[[], Any], path: Path | None) -> None:
         self._litellm = litellm
         self._path = path
         self._lock = threading.Lock()
         self._version: str | None = None
-        self._known: dict[str, dict[str, int | None]] | None = None
+        self._known: dict[str, dict[str, Any]] | None = None
 
-    def get(self, model: str) -> Mapping[str, int | None]:
+    def get(self, model: str) -> Mapping[str, Any]:
         with self._lock:
             known = self._load()
             found = known.get(model)
-        if found is not None:
+        if found is not None and all(k in found for k in FIELDS):
             return found
         found = self._ask(model)
         with self._lock:
@@ -58,14 +105,16 @@ class ModelInfo:
             self._save(known)
         return found
 
-    def _ask(self, model: str) -> dict[str, int | None]:
+    def _ask(self, model: str) -> dict[str, Any]:
+        litellm = self._litellm()
         try:
-            info = self._litellm().get_model_info(model) or {}
+            info = litellm.get_model_info(model) or {}
         except Exception:
             info = {}
-        return {k: _int(info.get(k)) for k in ("max_input_tokens", "max_output_tokens")}
+        out: dict[str, Any] = {k: _int(info.get(k)) for k in ("max_input_tokens", "max_output_tokens")}
+        return out | {"tokenizer": litellm_tokenizer(litellm, model)[0]}
 
-    def _load(self) -> dict[str, dict[str, int | None]]:
+    def _load(self) -> dict[str, dict[str, Any]]:
         if self._known is not None:
             return self._known
         self._version = table_version()
@@ -81,7 +130,7 @@ class ModelInfo:
             self._known = {str(k): dict(v) for k, v in models.items() if isinstance(v, dict)}
         return self._known
 
-    def _save(self, known: dict[str, dict[str, int | None]]) -> None:
+    def _save(self, known: dict[str, dict[str, Any]]) -> None:
         if self._path is None or self._version is None:
             return
         try:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from fugu_cli.llm.modelinfo import ModelInfo
+from fugu_cli.llm.modelinfo import ModelInfo, litellm_tokenizer, tiktoken_counter
 from fugu_cli.types import Message, Worker
 
 DEFAULT_WINDOW = 32_768  # a model litellm does not know and the pool gives no context_limit for
@@ -209,19 +209,14 @@ class LiteLLMTokens:
         return found
 
     def _select(self, model: str) -> tuple[str, Callable[[str], int]]:
-        litellm = self._litellm()
-        try:
-            from litellm.utils import _select_tokenizer
-
-            chosen = _select_tokenizer(model=model)
-            tokenizer = chosen["tokenizer"]
-            if chosen["type"] == "openai_tokenizer":
-                name = f"tiktoken:{tokenizer.name}"
-                return name, lambda text: len(tokenizer.encode(text, disallowed_special=()))
-            name = f"hf:{getattr(tokenizer, 'name_or_path', model)}"
-            return name, lambda text: len(tokenizer.encode(text).ids)
-        except Exception:  # a tokenizer that cannot load offline: litellm's generic counter
-            return f"litellm:{model}", lambda text: int(litellm.token_counter(model=model, text=text))
+        """litellm's choice of tokenizer for `model` (remembered on disk); a tiktoken one is loaded without
+        importing litellm."""
+        family = self._info.get(model).get("tokenizer")
+        if isinstance(family, str) and family.startswith("tiktoken:"):
+            counter = tiktoken_counter(family.split(":", 1)[1])
+            if counter is not None:
+                return family, counter
+        return litellm_tokenizer(self._litellm(), model)
 
     def _lookup_window(self, worker: Worker) -> Window:
         if worker.context_limit and self._reserve is not None:  # nothing to ask litellm's table

@@ -1,6 +1,6 @@
 """The renderer: a session's Events as rich output. The REPL's full style shows route lines, tool lines,
-diffs, answers and a summary; one-shot text mode's compact style shows one progress line per step
-(`↳ alpha (p=0.61, 18 ms, prior) · read a.py · $0.0012`) on stderr.
+diffs, answers and a summary; the compact style (`fugu demo`) shows progress.py's one line per step
+(`↳ alpha (p=0.61, 18 ms, prior) · read a.py · $0.0012`), the lines one-shot runs print without rich.
 
 Degrades to plain text for NO_COLOR, narrow or non-tty consoles. Never reads input; the spinner is the only
 thing that redraws, and `pause()` stops it before anyone asks a question.
@@ -39,6 +39,7 @@ from fugu_cli.events import (
 from fugu_cli.tools import ApprovalRequest
 from fugu_cli.types import Message, RouteDecision, ToolCall, ToolResult, TurnResult, Usage
 from fugu_cli.ui.phrases import route_reasons, tool_summary, workflow_line
+from fugu_cli.ui.progress import ProgressLines, compacted_line
 from fugu_cli.ui.prompt import ATTACHMENTS
 
 DIFF_LINES = 40
@@ -116,12 +117,6 @@ def edit_diff(result: ToolResult) -> str:
     return rest if rest.lstrip().startswith(("---", "@@")) else ""
 
 
-def compacted_line(e: Compacted) -> str:
-    """`⇲ compacted (threshold): 26,100 → 5,200 tokens for beta, summary by cheap`."""
-    by = f", summary by {e.summarizer}" if e.summarizer else ""
-    return f"⇲ compacted ({e.trigger}): {e.tokens_before:,} → {e.tokens_after:,} tokens for {e.worker}{by}"
-
-
 def usage_text(usage: Usage) -> str:
     tokens = usage.prompt_tokens + usage.completion_tokens
     return f"{tokens:,} tokens · ${usage.cost_usd:.4f}"
@@ -165,48 +160,18 @@ class Renderer:
         self._streamed = ""
         self._running: dict[int, str] = {}
         self._shown: set[str] = set()  # diffs the user already saw in an approval question
-        self._route: RouteDecision | None = None
-        self._tools: list[str] = []
-        self._steps: dict[int, Renderer] = {}
         self._lock = threading.RLock()
+        self._progress = ProgressLines(self._line, prefix) if compact else None
 
     def on_event(self, event: Event) -> None:
         with self._lock:
-            if self.compact:
-                self._compact(event)
+            if self._progress is not None:
+                self._progress.on_event(event)
             else:
                 self._handle(event)
 
-    def _compact(self, event: Event) -> None:
-        if isinstance(event, WorkflowAgentEvent):
-            sub = self._steps.get(event.step)
-            if sub is None:
-                prefix = f"{self.prefix}  [{event.step}] "
-                sub = self._steps[event.step] = Renderer(self.console, compact=True, prefix=prefix)
-            sub.on_event(event.inner)
-            return
-        line = workflow_line(event)
-        if line:
-            self._line(line)
-        elif isinstance(event, RouteChosen):
-            self._route, self._tools = event.decision, []
-        elif isinstance(event, ToolFinished):
-            r = event.result
-            self._tools.append(tool_summary(event.call.name, event.call.arguments, r.is_error, r.exit_code))
-        elif isinstance(event, StepFinished) and self._route is not None:
-            d = self._route
-            head = f"↳ {d.worker} ({', '.join(route_reasons(d))})"
-            self._line(" · ".join([head, *self._tools, f"${event.usage.cost_usd:.4f}"]))
-        elif isinstance(event, ProviderFailed):
-            self._line(f"✗ {event.worker} failed: {event.error}")
-        elif isinstance(event, Compacted):
-            self._line(compacted_line(event))
-        elif isinstance(event, Notice) and event.level in ("warning", "error"):
-            self._line(f"! {event.text}")
-
     def _line(self, text: str) -> None:
-        for row in text.splitlines():
-            self.console.print(Text(self.prefix + row), soft_wrap=True)
+        self.console.print(Text(text), soft_wrap=True)
 
     def _handle(self, event: Event) -> None:
         if isinstance(event, SessionStarted):

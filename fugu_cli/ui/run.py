@@ -253,9 +253,9 @@ class _Render:
         self.observers: list[Callable[[Event], None]] = []
         self._show: Callable[[Event], None] | None = None
         if output_format != "stream-json":
-            from fugu_cli.ui.render import Renderer, make_console
+            from fugu_cli.ui.progress import ProgressLines
 
-            self._show = Renderer(make_console(stderr=True), compact=True).on_event
+            self._show = ProgressLines().on_event
         self._started = time.monotonic()
         self._seen: list[AssistantMessage] = []
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -120,10 +121,13 @@ def test_windows_are_asked_of_litellm_once_per_model_and_table(tmp_path: Path) -
     def loader() -> Any:
         return Table()
 
+    def window(info: Mapping[str, Any]) -> tuple[Any, Any]:
+        return info["max_input_tokens"], info["max_output_tokens"]
+
     path = tmp_path / "models.json"
     first = ModelInfo(loader, path)
-    assert first.get("openai/gpt-5") == {"max_input_tokens": 272_000, "max_output_tokens": 128_000}
-    assert first.get("openai/unknown") == {"max_input_tokens": None, "max_output_tokens": None}
+    assert window(first.get("openai/gpt-5")) == (272_000, 128_000)
+    assert window(first.get("openai/unknown")) == (None, None)
     assert first.get("openai/gpt-5")["max_input_tokens"] == 272_000 and len(asked) == 2
 
     def never() -> Any:
@@ -140,14 +144,29 @@ def test_windows_are_asked_of_litellm_once_per_model_and_table(tmp_path: Path) -
     assert table_version() == data["table"]
 
 
-def test_windows_through_the_cache_are_litellms(tmp_path: Path) -> None:
-    workers = [Worker("c", "anthropic/claude-sonnet-4-5-20250929"), Worker("x", "openai/no-such-model")]
+def test_windows_and_counts_through_the_cache_are_litellms(tmp_path: Path) -> None:
+    """A second run reads windows and OpenAI-family counts without importing litellm, with its numbers."""
+    workers = [
+        Worker("c", "anthropic/claude-sonnet-4-5-20250929"),
+        Worker("g", "openai/gpt-4o"),
+        Worker("x", "openai/no-such-model"),
+    ]
     direct = LiteLLMTokens(load_litellm)
-    LiteLLMTokens(load_litellm, model_info=tmp_path / "m.json").window(workers[0])
+    first = LiteLLMTokens(load_litellm, model_info=tmp_path / "m.json")
+    for w in workers:
+        first.window(w)
+    first.text(None, "warm")
 
     def never() -> Any:
         raise AssertionError("litellm was imported")
 
     cached = LiteLLMTokens(never, model_info=tmp_path / "m.json")
-    assert cached.window(workers[0]) == direct.window(workers[0])
-    assert direct.window(workers[1]).source == "default"
+    for w in workers:
+        assert cached.window(w) == direct.window(w)
+        assert cached.family(w) == direct.family(w) and cached.family(w).startswith("tiktoken:")
+        for text in TEXTS:
+            assert cached.text(w, text) == direct.text(w, text)
+            message = Message("tool", text, tool_call_id="c1", name="read_file")
+            assert cached.message(w, message) == direct.message(w, message)
+    assert all(cached.text(None, t) == direct.text(None, t) for t in TEXTS)
+    assert direct.window(workers[2]).source == "default"
