@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fugu_cli.agent import AgentDeps, Limits
+from fugu_cli.agent import AgentDeps, Limits, TurnIO
 from fugu_cli.config import Config, find_repo_root, fugu_home, load_config
 from fugu_cli.context import ContextPolicy
 from fugu_cli.errors import ConfigError, UsageError
@@ -27,10 +27,10 @@ from fugu_cli.redact import register_secret_env
 from fugu_cli.router import Router
 from fugu_cli.router.prior import PriorRouter
 from fugu_cli.router.roles import ROLE_MAX_STEPS, role_instructions
-from fugu_cli.session import Session, SessionConfig, SessionDeps
+from fugu_cli.session import Session, SessionConfig, SessionDeps, UltraMode
 from fugu_cli.store import SessionRow, Store, new_session_id
 from fugu_cli.tools import Approver, PermissionPolicy, configure_tools
-from fugu_cli.types import Message, PermissionMode, Worker
+from fugu_cli.types import FallBack, Message, PermissionMode, TurnResult, Worker
 
 if TYPE_CHECKING:
     from fugu_cli.conductor import Conductor
@@ -333,11 +333,9 @@ def make_llm(config: Config) -> LLM:
 
 def build_conductor(
     config: Config, opts: RunOptions, agent: AgentDeps, store: Store, pool: Sequence[Worker], root: Path
-) -> Conductor:
-    """Ultra mode's conductor (always built, so `/ultra on` works in any session)."""
-    from fugu_cli.conductor import Conductor, ConductorConfig, ConductorDeps
-    from fugu_cli.conductor.workflow import PlanError, load
-
+) -> UltraMode:
+    """Ultra mode's conductor, for every session so `/ultra on` works anywhere; its settings are checked now,
+    but a session that does not start in ultra mode loads the conductor's modules on its first ultra turn."""
     u = config.ultra_settings
     names = [w.name for w in pool]
     conductor = u.conductor or max(pool, key=lambda w: w.priority).name
@@ -346,20 +344,49 @@ def build_conductor(
         raise UsageError(f"[ultra] conductor = {conductor!r} is not a usable worker; choose one of: {choose}")
     plan = None
     if opts.plan is not None:
+        from fugu_cli.conductor.workflow import PlanError, load
+
         try:
             plan = load(opts.plan, names, allow_conductor=u.max_depth > 0)
         except PlanError as e:
             raise UsageError(str(e)) from None
-    cfg = ConductorConfig(
-        root=root,
-        conductor=conductor,
-        home=fugu_home(),
-        max_depth=u.max_depth,
-        step_limits=Limits(u.step_max_turns, u.step_max_budget_usd, u.step_timeout_s),
-        system_prompt=system_prompt(root, "workflow_step", append=opts.append_system_prompt),
-        plan=plan,
-    )
-    return Conductor(ConductorDeps(agent=agent, store=store, pool=pool), cfg)
+
+    def make() -> Conductor:
+        from fugu_cli.conductor import Conductor, ConductorConfig, ConductorDeps
+
+        cfg = ConductorConfig(
+            root=root,
+            conductor=conductor,
+            home=fugu_home(),
+            max_depth=u.max_depth,
+            step_limits=Limits(u.step_max_turns, u.step_max_budget_usd, u.step_timeout_s),
+            system_prompt=system_prompt(root, "workflow_step", append=opts.append_system_prompt),
+            plan=plan,
+        )
+        return Conductor(ConductorDeps(agent=agent, store=store, pool=pool), cfg)
+
+    return make() if config.ultra else _Deferred(make)
+
+
+class _Deferred:
+    """Ultra mode built on its first turn."""
+
+    def __init__(self, make: Callable[[], Conductor]) -> None:
+        self._make = make
+        self._conductor: Conductor | None = None
+
+    def run_turn(
+        self,
+        text: str,
+        turn: int,
+        io: TurnIO,
+        *,
+        before_apply: Callable[[], None] | None = None,
+        record: Callable[[Message], None] = lambda m: None,
+    ) -> TurnResult | FallBack:
+        if self._conductor is None:
+            self._conductor = self._make()
+        return self._conductor.run_turn(text, turn, io, before_apply=before_apply, record=record)
 
 
 def _resumed_row(store: Store, opts: RunOptions) -> SessionRow:

@@ -209,7 +209,8 @@ def startup(work: Path, runs: int) -> None:
         ("prior vs http.client", PRIOR, STDLIB_FLOOR),
     )
     for label, mine, floor in pairs:
-        paired = statistics.median(a.first_ms / b.first_ms for a, b in zip(got[mine], got[floor], strict=1))
+        runs = zip(got[mine], got[floor], strict=True)
+        paired = statistics.median(a.first_ms / b.first_ms for a, b in runs)
         print(f"  ratio {label:<22} {med[mine] / med[floor]:5.2f}x (median of paired ratios {paired:.2f}x)")
     print("  first run in a new FUGU_HOME (no caches yet): " + ", ".join(
         f"{name.split(', ')[1]} {x.first_ms:.0f} ms" for name, x in cold.items()

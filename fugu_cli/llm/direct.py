@@ -10,7 +10,9 @@ httpx is imported on first use. Never prints.
 from __future__ import annotations
 
 import json
+import sys
 import threading
+import types
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
@@ -53,6 +55,7 @@ class DirectClient:
     def _http(self) -> Any:
         with self._lock:
             if self._client is None:
+                _without_httpx_cli()
                 import httpx
 
                 limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
@@ -80,6 +83,20 @@ class DirectClient:
                 response.close()
                 raise HTTPStatusFault(response.status_code, text, response)
         return _chunks(response)
+
+
+def _without_httpx_cli() -> None:
+    """httpx imports its command-line tool (and click and rich with it: half of its import time) only to
+    offer `httpx.main`; fugu never runs it, so a stand-in takes its place before httpx is first imported."""
+    if "httpx" in sys.modules or "httpx._main" in sys.modules:
+        return
+    stand_in = types.ModuleType("httpx._main")
+
+    def main() -> None:
+        raise SystemExit("httpx's command line is not loaded in fugu's process")
+
+    stand_in.main = main  # type: ignore[attr-defined]
+    sys.modules["httpx._main"] = stand_in
 
 
 def _post(worker: Worker, request: Mapping[str, Any]) -> dict[str, Any]:

@@ -62,10 +62,11 @@ def litellm_tokenizer(litellm: Any, model: str) -> tuple[str, Counter]:
 
 
 @functools.cache
-def tiktoken_counter(name: str) -> Counter | None:
+def tiktoken_counter(name: str, cache_dir: Path | None = None) -> Counter | None:
     """A counter for tiktoken's encoding `name`, read from the copies litellm ships (where litellm itself
     points tiktoken: CUSTOM_TIKTOKEN_CACHE_DIR, else its bundled folder), so nothing is downloaded; None
-    when it cannot be loaded."""
+    when it cannot be loaded. Decoding the encoding's file is half its load time, so its decoded form is
+    kept in `cache_dir` (marshal: plain data, no code)."""
     folder = _litellm_dir()
     bundled = str(folder / "litellm_core_utils" / "tokenizers") if folder else None
     where = os.environ.get("CUSTOM_TIKTOKEN_CACHE_DIR") or bundled
@@ -75,10 +76,36 @@ def tiktoken_counter(name: str) -> Counter | None:
     try:
         import tiktoken
 
-        encoding = tiktoken.get_encoding(name)
+        encoding = tiktoken.Encoding(**_encoding_args(tiktoken, name, cache_dir))
     except Exception:
         return None
     return lambda text: len(encoding.encode(text, disallowed_special=()))
+
+
+def _encoding_args(tiktoken: Any, name: str, cache_dir: Path | None) -> dict[str, Any]:
+    import marshal
+
+    version = getattr(tiktoken, "__version__", "")
+    path = cache_dir / f"tiktoken-{name}-{version}.marshal" if cache_dir else None
+    if path is not None:
+        try:
+            args: dict[str, Any] = marshal.loads(path.read_bytes())
+            if isinstance(args, dict) and args.get("name") == name:
+                return args
+        except (OSError, ValueError, EOFError, TypeError):
+            pass
+    from tiktoken_ext.openai_public import ENCODING_CONSTRUCTORS  # tiktoken's own plugin: every encoding
+
+    args = dict(ENCODING_CONSTRUCTORS[name]())  # reads the file (checking its hash) and decodes it
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(marshal.dumps(args))
+            tmp.replace(path)
+        except (OSError, ValueError):
+            pass
+    return args
 
 
 class ModelInfo:

@@ -170,6 +170,7 @@ class LiteLLMTokens:
         """`model_info`: where litellm's answers about windows are kept between runs (None: not kept)."""
         self._litellm = litellm
         self._info = ModelInfo(litellm, model_info)
+        self._cache_dir = model_info.parent if model_info else None
         self._reserve = reserve
         self._counts = _Counts()
         self._families: dict[str, tuple[str, Any]] = {}
@@ -213,7 +214,7 @@ class LiteLLMTokens:
         importing litellm."""
         family = self._info.get(model).get("tokenizer")
         if isinstance(family, str) and family.startswith("tiktoken:"):
-            counter = tiktoken_counter(family.split(":", 1)[1])
+            counter = tiktoken_counter(family.split(":", 1)[1], self._cache_dir)
             if counter is not None:
                 return family, counter
         return litellm_tokenizer(self._litellm(), model)

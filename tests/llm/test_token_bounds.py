@@ -14,7 +14,7 @@ import pytest
 
 from fugu_cli.context.budget import ContextPolicy, RunningCounts, fit
 from fugu_cli.llm.client import load_litellm
-from fugu_cli.llm.modelinfo import ModelInfo, table_version
+from fugu_cli.llm.modelinfo import ModelInfo, table_version, tiktoken_counter
 from fugu_cli.llm.tokens import CharTokens, LiteLLMTokens, Window, at_most
 from fugu_cli.types import Message, ToolCall, Worker
 
@@ -170,3 +170,18 @@ def test_windows_and_counts_through_the_cache_are_litellms(tmp_path: Path) -> No
             assert cached.message(w, message) == direct.message(w, message)
     assert all(cached.text(None, t) == direct.text(None, t) for t in TEXTS)
     assert direct.window(workers[2]).source == "default"
+
+
+def test_a_decoded_encoding_kept_on_disk_counts_as_tiktoken_does(tmp_path: Path) -> None:
+    import tiktoken
+
+    from fugu_cli.llm.modelinfo import _encoding_args
+
+    assert tiktoken_counter("cl100k_base") is not None  # points tiktoken at litellm's copies
+    written = _encoding_args(tiktoken, "cl100k_base", tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == [f"tiktoken-cl100k_base-{tiktoken.__version__}.marshal"]
+    read = _encoding_args(tiktoken, "cl100k_base", tmp_path)
+    assert read == written
+    mine, reference = tiktoken.Encoding(**read), tiktoken.get_encoding("cl100k_base")
+    for text in TEXTS:
+        assert mine.encode(text, disallowed_special=()) == reference.encode(text, disallowed_special=())
