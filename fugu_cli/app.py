@@ -66,13 +66,27 @@ def known_workers(checkpoint: Path, pool: Sequence[Worker]) -> list[str]:
 
 class RouterSource:
     """Makes each session's router. A learned router's backbone is loaded once and shared by the sessions
-    of one process (a server's, an eval run's); the head and the per-transcript cache are each session's."""
+    of one process (a server's, an eval run's); the head and the per-transcript cache are each session's.
+    A one-shot run `start`s its one learned router in a process of its own while it builds the rest."""
 
     def __init__(self, checkpoint: Path | None, cost_weight: float | None) -> None:
         self.checkpoint = checkpoint  # None: the prior
         self.cost_weight = cost_weight
         self._backbone: Backbone | None = None
+        self._started: Router | None = None
         self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Begin loading the learned router in a child process now; the next `make` returns it. A checkpoint
+        whose description cannot be read is left to `make`, which says what is wrong."""
+        if self.checkpoint is None or self._started is not None:
+            return
+        from fugu_cli.router.remote import RouterProcess
+
+        try:
+            self._started = RouterProcess(self.checkpoint, self.cost_weight)
+        except (OSError, ValueError):
+            self._started = None
 
     @property
     def name(self) -> str:
@@ -81,10 +95,13 @@ class RouterSource:
     def make(self) -> Router:
         if self.checkpoint is None:
             return PriorRouter()
-        from fugu_cli.router.learned import LearnedRouter
-
         spec = self.checkpoint
         with self._lock:
+            if self._started is not None:
+                started, self._started = self._started, None
+                return started
+            from fugu_cli.router.learned import LearnedRouter
+
             try:
                 if self._backbone is not None:
                     try:
@@ -142,17 +159,23 @@ class Resolved:
         return [w.name for w in self.pool]
 
 
-def resolve(opts: RunOptions, *, saved_pool: Sequence[Worker] = ()) -> Resolved:
+def resolve(
+    opts: RunOptions, *, saved_pool: Sequence[Worker] = (), router_process: bool = False
+) -> Resolved:
     """Read the configuration layers, find the usable pool (probing local servers) and the router.
 
-    `saved_pool` is a resumed session's pool, used when nothing else is configured."""
+    `saved_pool` is a resumed session's pool, used when nothing else is configured. `router_process`: a
+    learned router starts loading in a process of its own right away (a one-shot run's one session)."""
     config = load_config(opts.cwd, opts.overrides(), trust_project=opts.trust_project)
     pool = usable_pool(config, opts.cwd, saved_pool)
     if (config.cost_weight or 0.0) > 0:
         pool = with_table_prices(pool)
     config = config.model_copy(update={"worker": worker_named(pool, config.worker)})
     register_secret_env(w.api_key_env for w in pool)
-    return Resolved(opts, config, tuple(pool), router_source(config, pool))
+    routers = router_source(config, pool)
+    if router_process:
+        routers.start()
+    return Resolved(opts, config, tuple(pool), routers)
 
 
 def worker_named(pool: Sequence[Worker], spec: str | None) -> str | None:
@@ -174,12 +197,13 @@ def build_session(
     approver: Approver | None = None,
     store: Store | None = None,
     tokens: TokenCounter | None = None,
+    router_process: bool = False,
 ) -> Session:
-    """One session from flags, config, the store (on resume) and the pool."""
+    """One session from flags, config, the store (on resume) and the pool; `router_process`: see `resolve`."""
     store = store or open_store()
     row = _resumed_row(store, opts) if opts.resuming else None
     saved = [Worker(**w) for w in json.loads(row.pool_json)] if row else []
-    resolved = resolve(opts, saved_pool=saved)
+    resolved = resolve(opts, saved_pool=saved, router_process=router_process)
     return assemble(resolved, opts, llm=llm, approver=approver, store=store, tokens=tokens)
 
 

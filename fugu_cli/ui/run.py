@@ -160,7 +160,7 @@ def _one_shot(opts: RunOptions, out: Output, task: str) -> int:
     from fugu_cli.app import build_session
 
     with Stopper().installed() as stopper:  # a signal while the session is built still ends in a result
-        session = build_session(opts)
+        session = build_session(opts, router_process=True)
         _say_refusals(session, opts)
         result = _turn(session, task, _Render(out.format, sys.stdout), stopper)
     _final(out.format, result, sys.stdout)
@@ -176,7 +176,7 @@ def _conversation(opts: RunOptions, out: Output) -> int:
     render = _Render(out.format, sys.stdout)
     stopper = Stopper()
     asker = Asker(render.lines, stopper.interrupt) if out.ask_client else None
-    session = build_session(opts, approver=asker)
+    session = build_session(opts, approver=asker, router_process=True)
     if asker is None:
         _say_refusals(session, opts)
     else:
