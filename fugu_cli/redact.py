@@ -45,6 +45,8 @@ REDACTED = "[REDACTED]"
 
 _registered: set[str] = set()
 _lock = threading.Lock()
+_EnvKey = tuple[frozenset[str], tuple[tuple[str, str], ...]]
+_last: tuple[_EnvKey | None, dict[str, str]] = (None, {})  # the last environment asked about, its secrets
 
 
 def register_secret_env(names: Iterable[str | None]) -> None:
@@ -64,9 +66,22 @@ def is_secret_name(name: str) -> bool:
 
 
 def secret_values(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """{value: label} of every secret in the environment: secret-named values and passwords inside URLs."""
+    """{value: label} of every secret in the environment: secret-named values and passwords inside URLs.
+    Every stored message and tool output is redacted, so the answer is remembered until the environment
+    (or the registered names) change."""
     env = os.environ if environ is None else environ
-    registered = registered_secret_env()
+    global _last
+    key: _EnvKey = (registered_secret_env(), tuple(env.items()))
+    with _lock:
+        if _last[0] == key:
+            return dict(_last[1])
+    found = _secret_values(env, key[0])
+    with _lock:
+        _last = (key, found)
+    return dict(found)
+
+
+def _secret_values(env: Mapping[str, str], registered: frozenset[str]) -> dict[str, str]:
     found: dict[str, str] = {}
     for name, value in env.items():
         if (name in registered or _SECRET_NAME.search(name)) and len(value) >= MIN_SECRET_LEN:

@@ -25,7 +25,7 @@ from fugu_cli.errors import ContextOverflow, Interrupted, ProviderError
 from fugu_cli.llm.direct import DirectClient, is_openai_compatible
 from fugu_cli.llm.parse import MalformedReply, StreamAssembler, completion_from_response
 from fugu_cli.llm.pricing import PriceBook
-from fugu_cli.llm.transcript import clean_transcript, mark_cache_breakpoints
+from fugu_cli.llm.transcript import WireCache, mark_cache_breakpoints, private_copy
 from fugu_cli.types import Completion, Message, Worker
 
 log = logging.getLogger("fugu")
@@ -105,6 +105,7 @@ class LiteLLMClient:
         self.config = config or ClientConfig()
         self.prices = PriceBook(load_litellm)
         self.direct = DirectClient(self.config.timeout_s)
+        self.wire = WireCache()
 
     def warm(self) -> None:
         """Import litellm now (about 3 s), e.g. in a background thread while the user types."""
@@ -140,7 +141,9 @@ class LiteLLMClient:
     def _request(
         self, worker: Worker, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
     ) -> dict[str, Any]:
-        wire = clean_transcript([m.to_openai() for m in messages])
+        wire = self.wire.build(messages)
+        if not self.is_direct(worker):  # litellm may change the dicts it is given: not the cached ones
+            wire = private_copy(wire)
         request: dict[str, Any] = {
             "model": worker.model,
             "messages": mark_cache_breakpoints(wire) if prompt_caching(worker) else wire,
