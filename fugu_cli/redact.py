@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 MIN_SECRET_LEN = 6  # shorter values ("1", "true") would blank ordinary words everywhere
 
@@ -45,8 +47,9 @@ REDACTED = "[REDACTED]"
 
 _registered: set[str] = set()
 _lock = threading.Lock()
-_EnvKey = tuple[frozenset[str], tuple[tuple[str, str], ...]]
+_EnvKey = tuple[frozenset[str], frozenset[tuple[Any, Any]]]
 _last: tuple[_EnvKey | None, dict[str, str]] = (None, {})  # the last environment asked about, its secrets
+_redacted: OrderedDict[tuple[_EnvKey, str], str] = OrderedDict()  # the last texts redacted in it
 
 
 def register_secret_env(names: Iterable[str | None]) -> None:
@@ -66,19 +69,26 @@ def is_secret_name(name: str) -> bool:
 
 
 def secret_values(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """{value: label} of every secret in the environment: secret-named values and passwords inside URLs.
-    Every stored message and tool output is redacted, so the answer is remembered until the environment
-    (or the registered names) change."""
-    env = os.environ if environ is None else environ
+    """{value: label} of every secret in the environment: secret-named values and passwords inside URLs."""
+    return dict(_secrets(environ)[1])
+
+
+def _secrets(environ: Mapping[str, str] | None) -> tuple[_EnvKey, dict[str, str]]:
+    """The environment's key and its secrets, remembered until the environment (or the registered names)
+    change: every stored message and tool output is redacted, several times a step."""
     global _last
-    key: _EnvKey = (registered_secret_env(), tuple(env.items()))
+    env = os.environ if environ is None else environ
+    # os.environ's own bytes: reading them through the mapping decodes every value on every call
+    items = os.environ._data.items() if env is os.environ else env.items()  # type: ignore[attr-defined]
+    key: _EnvKey = (registered_secret_env(), frozenset(items))
     with _lock:
         if _last[0] == key:
-            return dict(_last[1])
+            return key, _last[1]
     found = _secret_values(env, key[0])
     with _lock:
         _last = (key, found)
-    return dict(found)
+        _redacted.clear()
+    return key, found
 
 
 def _secret_values(env: Mapping[str, str], registered: frozenset[str]) -> dict[str, str]:
@@ -96,11 +106,22 @@ def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
     """`text` with every secret replaced by a label: `[OPENAI_API_KEY]`, `[REDACTED]`."""
     if not text:
         return text
-    for value, label in sorted(secret_values(environ).items(), key=lambda kv: -len(kv[0])):
-        if value in text:
-            text = text.replace(value, label)
-    text = _URL_CREDENTIALS.sub(lambda m: m["head"] + REDACTED + "@", text)
-    return _KEY_FORMATS.sub(REDACTED, text)
+    key, secrets = _secrets(environ)
+    with _lock:  # a tool's output is stored as a message and as the call's result: redact it once
+        done = _redacted.get((key, text))
+    if done is not None:
+        return done
+    out = text
+    for value, label in sorted(secrets.items(), key=lambda kv: -len(kv[0])):
+        if value in out:
+            out = out.replace(value, label)
+    out = _URL_CREDENTIALS.sub(lambda m: m["head"] + REDACTED + "@", out)
+    out = _KEY_FORMATS.sub(REDACTED, out)
+    with _lock:
+        _redacted[(key, text)] = out
+        while len(_redacted) > 32:
+            _redacted.popitem(last=False)
+    return out
 
 
 def redact_bytes(data: bytes, environ: Mapping[str, str] | None = None) -> bytes:
