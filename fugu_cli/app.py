@@ -159,9 +159,7 @@ class Resolved:
         return [w.name for w in self.pool]
 
 
-def resolve(
-    opts: RunOptions, *, saved_pool: Sequence[Worker] = (), router_process: bool = False
-) -> Resolved:
+def resolve(opts: RunOptions, *, saved_pool: Sequence[Worker] = (), router_process: bool = False) -> Resolved:
     """Read the configuration layers, find the usable pool (probing local servers) and the router.
 
     `saved_pool` is a resumed session's pool, used when nothing else is configured. `router_process`: a

@@ -43,6 +43,8 @@ _KEY_FORMATS = re.compile(
     | -----BEGIN[A-Z ]*PRIVATE\ KEY-----[\s\S]*?-----END[A-Z ]*PRIVATE\ KEY-----
     """
 )
+# Every key format above contains one of these: without them, the regular expression cannot match.
+_KEY_MARKS = ("sk-", "AKIA", "ASIA", "gh", "github_pat_", "xox", "AIza", "glpat-", "hf_", "PRIVATE KEY")
 REDACTED = "[REDACTED]"
 
 _registered: set[str] = set()
@@ -115,8 +117,10 @@ def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
     for value, label in sorted(secrets.items(), key=lambda kv: -len(kv[0])):
         if value in out:
             out = out.replace(value, label)
-    out = _URL_CREDENTIALS.sub(lambda m: m["head"] + REDACTED + "@", out)
-    out = _KEY_FORMATS.sub(REDACTED, out)
+    if "://" in out:
+        out = _URL_CREDENTIALS.sub(lambda m: m["head"] + REDACTED + "@", out)
+    if any(mark in out for mark in _KEY_MARKS):
+        out = _KEY_FORMATS.sub(REDACTED, out)
     with _lock:
         _redacted[(key, text)] = out
         while len(_redacted) > 32:

@@ -61,6 +61,39 @@ def load_litellm() -> Any:
 _preloading = threading.Lock()
 
 
+class _Helpers:
+    """Daemon threads that make the blocking provider calls, reused from call to call (a new thread per
+    call cost about a millisecond a step). A cancelled call still blocked in its provider keeps its thread;
+    the next call gets another. Daemons: a call nobody waits for never holds up the exit."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def run(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1
+        if spawn:
+            threading.Thread(target=self._loop, name="llm-call", daemon=True).start()
+        self._jobs.put(job)
+
+    def _loop(self) -> None:
+        while True:
+            job = self._jobs.get()
+            try:
+                job()
+            except Exception:  # a job reports its own errors; this only keeps the thread alive
+                log.debug("an LLM call's helper failed", exc_info=True)
+            with self._lock:
+                self._idle += 1
+
+
+_HELPERS = _Helpers()
+
+
 def preload_litellm() -> None:
     """Import litellm in a background thread (once), unless it is loaded or loading already."""
     if load_litellm.cache_info().currsize or not _preloading.acquire(blocking=False):
@@ -164,7 +197,7 @@ class LiteLLMClient:
         events: queue.Queue[tuple[str, Any]] = queue.Queue()
         abort = threading.Event()
         body = functools.partial(self._call, worker, request, stream, events, abort)
-        threading.Thread(target=body, name=f"llm-{worker.name}", daemon=True).start()
+        _HELPERS.run(body)
         while True:
             if cancel is not None and cancel.is_set():
                 abort.set()

@@ -1,9 +1,9 @@
 """Transcript hygiene before a call: the shared transcript mixes workers and providers (DESIGN section 3).
 
 Keeps only fields every OpenAI-compatible provider accepts, keeps tool-call ids and results paired, and never
-drops a tool result (an orphan becomes a user message). `clean_transcript` is the rule, on OpenAI-shaped dicts;
-`WireTranscript` applies it to a growing transcript of Messages one new message at a time, so a step costs its
-new messages, not the history. Never mutates what it is given or what it handed out.
+drops a tool result (an orphan becomes a user message). `clean_transcript` is the rule, on OpenAI-shaped
+dicts; `WireTranscript` applies it to a growing transcript of Messages one new message at a time, so a step
+costs its new messages, not the history. Never mutates what it is given or what it handed out.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ def clean_transcript(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _add(out: list[dict[str, Any]], open_calls: list[str], raw: dict[str, Any]) -> list[str]:
-    """Append one message's cleaned form to `out` (closing calls it leaves unanswered); the calls still open."""
+    """Append one message's cleaned form to `out` (closing the calls it leaves unanswered); returns the calls
+    still open."""
     msg = {k: v for k, v in raw.items() if k in ALLOWED_KEYS}
     role = msg.get("role")
     if role == "tool":
