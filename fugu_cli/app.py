@@ -349,6 +349,7 @@ def make_llm(config: Config) -> LLM:
             backoff_base_s=s.backoff_base_s,
             stream=s.stream,
             direct=s.direct,
+            first_byte_timeout_s=s.first_byte_timeout_s,
         )
     )
 

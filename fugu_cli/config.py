@@ -46,6 +46,7 @@ class LLMSettings(BaseModel):
     backoff_base_s: float = Field(default=0.5, ge=0)
     stream: bool = True
     direct: bool = True  # OpenAI-compatible workers over HTTP directly; false: through litellm as well
+    first_byte_timeout_s: float = Field(default=30.0, gt=0)  # a silent worker fails over, not retried
 
 
 class PermissionSettings(BaseModel):

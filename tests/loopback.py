@@ -11,6 +11,7 @@ import argparse
 import functools
 import json
 import signal
+import socket
 import threading
 import time
 import uuid
@@ -77,6 +78,40 @@ def _chunks(text: str, size: int) -> list[str]:
 
 class _Listener(ThreadingHTTPServer):
     request_queue_size = 256  # the default 5 resets connections when dozens of clients connect at once
+
+
+class SilentServer:
+    """A real TCP listener on loopback that accepts every connection, reads the request and never answers:
+    a provider hung after `accept`."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.base_url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        self.connections = 0
+        self.request_lines: list[str] = []  # e.g. "POST /v1/chat/completions HTTP/1.1"
+        self._held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            self._held.append(conn)
+            head = conn.recv(65536).split(b"\r\n", 1)[0]
+            if head:
+                self.request_lines.append(head.decode("latin-1"))
+
+    @property
+    def posts(self) -> int:
+        return sum(1 for line in self.request_lines if line.startswith("POST "))
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self._held:
+            conn.close()
 
 
 class LoopbackServer:

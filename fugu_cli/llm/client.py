@@ -45,6 +45,9 @@ class ClientConfig:
     backoff_max_s: float = 30.0
     stream: bool = True
     direct: bool = True  # OpenAI-compatible workers over HTTP directly; False: through litellm like the rest
+    # A worker that takes the request and stays silent this long fails at once (no retry), so the step
+    # fails over to another worker instead of waiting out `timeout_s` on every attempt.
+    first_byte_timeout_s: float = 30.0
 
 
 @functools.cache
@@ -193,20 +196,30 @@ class LiteLLMClient:
         on_text: Callable[[str], None] | None,
         cancel: threading.Event | None,
     ) -> Completion:
-        """Runs the blocking litellm call in a helper thread so `cancel` is honoured within milliseconds."""
+        """Runs the blocking provider call in a helper thread so `cancel` is honoured within milliseconds, and
+        a worker silent past `first_byte_timeout_s` after the request went out is given up on."""
         events: queue.Queue[tuple[str, Any]] = queue.Queue()
         abort = threading.Event()
         body = functools.partial(self._call, worker, request, stream, events, abort)
         _HELPERS.run(body)
+        silent_since: float | None = None  # set once the request is sent, cleared by its first byte
         while True:
             if cancel is not None and cancel.is_set():
                 abort.set()
                 raise Interrupted(f"interrupted while waiting for {worker.name}")
+            limit = self.config.first_byte_timeout_s
+            if silent_since is not None and time.monotonic() - silent_since > limit:
+                abort.set()
+                raise self._silent(worker)
             try:
                 kind, value = events.get(timeout=_POLL_S)
             except queue.Empty:
                 continue
-            if kind == "text" and on_text is not None:
+            if kind == "sent":
+                silent_since = time.monotonic() if value else None
+            elif kind == "first":
+                silent_since = None
+            elif kind == "text" and on_text is not None:
                 try:
                     on_text(value)
                 except Exception as exc:
@@ -217,6 +230,14 @@ class LiteLLMClient:
             elif kind == "error":
                 raise value
 
+    def _silent(self, worker: Worker) -> ProviderError:
+        limit = self.config.first_byte_timeout_s
+        cause = (
+            f"connected but sent nothing for {limit:g} s ([llm] first_byte_timeout_s); not retried, "
+            "another worker takes the step"
+        )
+        return ProviderError(_describe(worker, cause), worker=worker.name, retryable=False)
+
     def _call(
         self,
         worker: Worker,
@@ -226,9 +247,11 @@ class LiteLLMClient:
         abort: threading.Event,
     ) -> None:
         chunks: Any = None
+        first = functools.partial(events.put, ("first", None))
         try:
-            if self.is_direct(worker):
-                send: Callable[..., Any] = self._direct_send(worker)
+            direct = self.is_direct(worker)
+            if direct:
+                send: Callable[..., Any] = self._direct_send(worker, first)
             else:
                 litellm = load_litellm()
                 if abort.is_set():  # cancelled while litellm was importing: don't send (or pay for) it
@@ -236,6 +259,9 @@ class LiteLLMClient:
                 send = functools.partial(
                     litellm.completion, timeout=self.config.timeout_s, num_retries=0, max_retries=0
                 )
+            # The first byte is seen in a stream's first chunk, and in a direct reply's status line; litellm's
+            # whole reply is its first sign of life, so a non-streamed litellm call has `timeout_s` only.
+            events.put(("sent", stream or direct))
             if not stream:
                 events.put(("done", completion_from_response(send(**request), worker.name)))
                 return
@@ -244,6 +270,8 @@ class LiteLLMClient:
             for chunk in chunks:
                 if abort.is_set():
                     return
+                if not assembler.chunks:
+                    first()
                 text = assembler.add(chunk)
                 if text:
                     events.put(("text", text))
@@ -258,13 +286,14 @@ class LiteLLMClient:
                 except Exception:
                     log.debug("closing a stream failed", exc_info=True)
 
-    def _direct_send(self, worker: Worker) -> Callable[..., Any]:
-        """`send(**request, stream=...)` over direct.py, shaped like `litellm.completion`."""
+    def _direct_send(self, worker: Worker, first: Callable[[], None]) -> Callable[..., Any]:
+        """`send(**request, stream=...)` over direct.py, shaped like `litellm.completion`; `first` is called
+        when a non-streamed reply's status line arrives."""
 
         def send(stream: bool = False, **request: Any) -> Any:
             if stream:
                 return self.direct.stream(worker, request | {"stream": True})
-            return self.direct.complete(worker, request)
+            return self.direct.complete(worker, request, on_first=first)
 
         return send
 

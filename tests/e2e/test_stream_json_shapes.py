@@ -16,8 +16,8 @@ from claude_agent_sdk import ResultMessage, SystemMessage
 from claude_agent_sdk._internal.message_parser import parse_message
 
 from tests.conductor.kit import tc, write_plan
-from tests.helpers import BUGGY, FIXED, call, make_repo, tool_reply
-from tests.loopback import LoopbackServer
+from tests.helpers import BUGGY, FIXED, call, make_repo, tool_reply, write_pool
+from tests.loopback import LoopbackServer, SilentServer
 from tests.sdk_kit import check_run, parsed, pool_file, routes
 
 DELAY = 0.4
@@ -148,6 +148,32 @@ def test_failover_then_success(tmp_path: Path, loopback: LoopbackServer) -> None
     assert len(failed) == 1 and failed[0]["worker"] == "one" and "500" in failed[0]["error"]
     assert list(result.model_usage or {}) == ["openai/two"] and result.result == "done by two"
     assert result.duration_api_ms >= DELAY * 1000  # the failed call's time counts too
+
+
+def test_a_silent_worker_fails_over_after_the_first_byte_timeout(
+    tmp_path: Path, loopback: LoopbackServer
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    (Path(os.environ["FUGU_HOME"]) / "config.toml").write_text("[llm]\nfirst_byte_timeout_s = 0.5\n")
+    silent = SilentServer()
+    loopback.script("two", ["done by two"])
+    rows = [
+        {"name": "one", "model": "openai/one", "api_base": silent.base_url, "priority": 2},
+        {"name": "two", "model": "openai/two", "api_base": loopback.base_url, "priority": 1},
+    ]
+    pool = write_pool(tmp_path / "pool.toml", [r | {"price_in": 1.0, "price_out": 1.0} for r in rows])
+    try:
+        code, out, err, wall = _fugu(repo, "-p", "x", "--pool", str(pool), "--output-format", "stream-json")
+    finally:
+        silent.close()
+    assert code == 0, err
+    lines = parsed(out)
+    result = check_run(lines, wall)
+    assert routes(lines) == [(1, "one", "prior"), (1, "two", "fallback")]
+    failed = [m.data for _, m in lines if isinstance(m, SystemMessage) and m.subtype == "provider_error"]
+    assert len(failed) == 1 and "sent nothing for 0.5 s" in failed[0]["error"]
+    assert silent.posts == 1  # the silent worker was asked once: no retry of it
+    assert result.result == "done by two"
 
 
 def test_every_worker_failing_is_error_during_execution(tmp_path: Path, loopback: LoopbackServer) -> None:

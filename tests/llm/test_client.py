@@ -11,13 +11,14 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
 from fugu_cli.errors import Interrupted, ProviderError
 from fugu_cli.llm.client import LOCAL_DUMMY_KEY, ClientConfig, LiteLLMClient, load_litellm
 from fugu_cli.types import Message, ToolCall, Worker
-from tests.loopback import LoopbackServer
+from tests.loopback import LoopbackServer, SilentServer
 
 FAST = ClientConfig(timeout_s=5.0, max_retries=2, backoff_base_s=0.01)
 SHELL_TOOL = {
@@ -169,6 +170,7 @@ def test_server_errors_exhaust_retries(path: str, loopback: LoopbackServer) -> N
 def test_timeout_is_retried_then_fails_in_bounded_time(path: str, loopback: LoopbackServer) -> None:
     loopback.script("test-model", [{"fault": "timeout", "sleep_s": 5}] * 3)
     config = ClientConfig(timeout_s=0.3, max_retries=1, backoff_base_s=0.01)
+    load_litellm()  # its import (seconds when this test runs first) is not the provider's time
     start = time.monotonic()
     with pytest.raises(ProviderError, match="timed out"):
         LiteLLMClient(on(path, config)).complete(openai_worker(loopback), TASK, [])
@@ -347,3 +349,40 @@ def test_on_text_errors_propagate_without_retry(path: str, loopback: LoopbackSer
     with pytest.raises(RuntimeError, match="renderer bug"):
         LiteLLMClient(on(path)).complete(openai_worker(loopback), TASK, [], on_text=broken)
     assert len(loopback.requests) == 1
+
+
+@pytest.fixture
+def silent() -> Iterator[SilentServer]:
+    server = SilentServer()
+    yield server
+    server.close()
+
+
+SILENT = ClientConfig(timeout_s=20.0, max_retries=2, backoff_base_s=0.01, first_byte_timeout_s=0.5)
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["stream", "whole"])
+def test_silent_worker_is_cut_off_after_the_first_byte_timeout_without_retry(
+    path: str, silent: SilentServer, streamed: bool
+) -> None:
+    if path == "litellm" and not streamed:
+        pytest.skip("litellm's whole reply is its first byte: a non-streamed litellm call has timeout_s only")
+    client = LiteLLMClient(on(path, SILENT))
+    worker = Worker(name="w-mute", model="openai/test-model", api_base=silent.base_url)
+    load_litellm()  # its import is not the worker's silence
+    start = time.monotonic()
+    with pytest.raises(ProviderError, match=r"sent nothing for 0\.5 s") as err:
+        client.complete(worker, TASK, [], on_text=(lambda _t: None) if streamed else None)
+    assert 0.5 <= time.monotonic() - start < 3.0  # not timeout_s, and not three attempts
+    assert not err.value.retryable and err.value.worker == "w-mute"
+    assert silent.connections == 1 and silent.posts == 1
+
+
+def test_a_slow_stream_whose_first_chunk_is_prompt_is_not_cut_off(
+    path: str, loopback: LoopbackServer
+) -> None:
+    loopback.script("test-model", [{"content": "abcdefghij", "chunk_size": 1, "chunk_delay_s": 0.1}])
+    config = dataclasses.replace(SILENT, first_byte_timeout_s=0.4)
+    pieces: list[str] = []
+    done = LiteLLMClient(on(path, config)).complete(openai_worker(loopback), TASK, [], on_text=pieces.append)
+    assert done.message.content == "abcdefghij" and len(pieces) >= 5
