@@ -128,9 +128,9 @@ def main(opts: RunOptions, out: Output, flags: Flags | None = None) -> int:
         err(note)
     if out.input_format == "stream-json":
         return _guarded(lambda: _conversation(opts, out))
-    task = out.task
+    task = readable(out.task)
     if not sys.stdin.isatty():
-        piped = sys.stdin.read()
+        piped = readable(sys.stdin.buffer.read())
         task = f"{task}\n\n{piped}".strip() if task else piped.strip()
     if not task:
         if out.print_mode or not sys.stdin.isatty():
@@ -154,6 +154,13 @@ def _guarded(run: Callable[[], int]) -> int:
         log.error("the run failed", exc_info=e)
         err(f"internal error: {type(e).__name__}: {e} (details in {log_path()})")
         return 1
+
+
+def readable(raw: str | bytes) -> str:
+    """Text from argv or stdin as UTF-8, bytes that are not UTF-8 shown as U+FFFD (never a crash later)."""
+    if isinstance(raw, str):  # argv: Python keeps undecodable bytes as surrogates
+        raw = raw.encode("utf-8", "surrogateescape")
+    return raw.decode("utf-8", "replace")
 
 
 def _one_shot(opts: RunOptions, out: Output, task: str) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.helpers import fugu, make_repo, write_pool
@@ -101,3 +103,28 @@ def test_resume_takes_a_unique_prefix(tmp_path: Path, loopback: LoopbackServer) 
     missing = fugu("-p", "b", "--resume", "nope", "--pool", str(pool), cwd=repo)
     assert missing.code == 2
     assert "cannot resume: no session nope (list them with: fugu sessions)" in missing.stderr
+
+
+def test_bytes_that_are_not_utf8_in_the_task_are_shown_not_fatal(
+    tmp_path: Path, loopback: LoopbackServer
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    pool = write_pool(
+        tmp_path / "pool.toml", [{"name": "solo", "model": "openai/solo", "api_base": loopback.base_url}]
+    )
+    loopback.script("solo", ["seen", "seen too"])
+    proc = subprocess.run(
+        [sys.executable, "-m", "fugu_cli", "-p", os.fsdecode(b"fix \xff\xfe here"), "--pool", str(pool)],
+        cwd=repo,
+        capture_output=True,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    piped = subprocess.run(
+        [sys.executable, "-m", "fugu_cli", "-p", "--pool", str(pool)],
+        cwd=repo,
+        input=b"from stdin \xff\xfe",
+        capture_output=True,
+    )
+    assert piped.returncode == 0, piped.stderr.decode()
+    sent = [r.messages[-1]["content"] for r in loopback.requests_for("solo")]
+    assert sent == ["fix \ufffd\ufffd here", "from stdin \ufffd\ufffd"]
