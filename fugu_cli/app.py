@@ -136,6 +136,7 @@ class Resolved:
     config: Config
     pool: tuple[Worker, ...]
     routers: RouterSource = field(compare=False)
+    router_reason: str = ""  # why this router (said once when the shipped router cannot serve the pool)
 
     @property
     def names(self) -> list[str]:
@@ -152,7 +153,8 @@ def resolve(opts: RunOptions, *, saved_pool: Sequence[Worker] = ()) -> Resolved:
         pool = with_table_prices(pool)
     config = config.model_copy(update={"worker": worker_named(pool, config.worker)})
     register_secret_env(w.api_key_env for w in pool)
-    return Resolved(opts, config, tuple(pool), router_source(config, pool))
+    routers, why = router_choice(config, pool)
+    return Resolved(opts, config, tuple(pool), routers, why)
 
 
 def worker_named(pool: Sequence[Worker], spec: str | None) -> str | None:
@@ -243,6 +245,7 @@ def assemble(
         ultra=config.ultra,
         stream=opts.stream,
         notices=_notices(config),
+        hints=_hints(config, resolved),
         keep_checkpoint_sessions=config.tools.keep_checkpoint_sessions,
     )
     ultra = build_conductor(config, opts, agent, store, resolved.pool, root)
@@ -365,6 +368,17 @@ def _resumed_row(store: Store, opts: RunOptions) -> SessionRow:
         what = f"session {opts.resume}" if opts.resume else f"a previous session in {root}"
         raise UsageError(f"cannot resume: no {what} (list them with: fugu sessions)")
     return row
+
+
+def _hints(config: Config, resolved: Resolved) -> tuple[str, ...]:
+    """Said once, at the first turn: why the shipped router does not route this pool, and the way to one."""
+    if resolved.routers.checkpoint is not None or config.router or len(resolved.pool) < 2:
+        return ()
+    return (
+        f"{resolved.router_reason}. For a learned router for your own workers: run `fugu eval SUITE`, then "
+        "`fugu router train --store`; or give each worker a `description` a checkpoint can score "
+        "(README: Routers for your own pool)",
+    )
 
 
 def _notices(config: Config) -> tuple[str, ...]:

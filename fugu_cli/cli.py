@@ -369,11 +369,20 @@ def sessions_show(
 
 
 @router_app.command("info")
-def router_info(checkpoint: Annotated[Path, typer.Argument(help="A router checkpoint directory.")]) -> None:
-    """Print what a router checkpoint holds: backbone, workers, training data and metrics."""
+def router_info(
+    checkpoint: Annotated[
+        str | None,
+        typer.Argument(
+            help="A checkpoint directory, 'default' (the shipped one) or 'prior'; none: this session's."
+        ),
+    ] = None,
+    pool: Annotated[str | None, typer.Option("--pool", help="A TOML file of [[workers]].")] = None,
+) -> None:
+    """Print what a router checkpoint holds (backbone, workers, training data, metrics); without one, which
+    router a session here would use and why."""
     from fugu_cli.ui import admin
 
-    raise typer.Exit(admin.router_info(checkpoint))
+    raise typer.Exit(admin.router_info(checkpoint, pool))
 
 
 @router_app.command("train")

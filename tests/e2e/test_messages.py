@@ -128,3 +128,29 @@ def test_bytes_that_are_not_utf8_in_the_task_are_shown_not_fatal(
     assert piped.returncode == 0, piped.stderr.decode()
     sent = [r.messages[-1]["content"] for r in loopback.requests_for("solo")]
     assert sent == ["fix \ufffd\ufffd here", "from stdin \ufffd\ufffd"]
+
+
+def test_a_pool_the_shipped_router_does_not_know_is_told_the_way_to_a_learned_one(
+    tmp_path: Path, loopback: LoopbackServer
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    pool = write_pool(
+        tmp_path / "pool.toml",
+        [
+            {"name": "mine", "model": "openai/mine", "api_base": loopback.base_url},
+            {"name": "other", "model": "openai/other", "api_base": loopback.base_url},
+        ],
+    )
+    loopback.script("mine", ["ok"])
+    loopback.script("other", ["ok"])
+    run = fugu("-p", "hi", "--pool", str(pool), cwd=repo)
+    assert run.code == 0, run.stderr
+    (hint,) = [line for line in run.stderr.splitlines() if line.startswith("· ")]
+    assert hint.startswith("· the shipped router knows 0 of your workers (none); it needs two")
+    assert "`fugu eval SUITE`, then `fugu router train --store`" in hint
+    info = fugu("router", "info", "--pool", str(pool), cwd=repo)
+    assert info.code == 0 and info.stdout.startswith("a session here uses prior: the shipped router knows 0")
+    shipped = fugu("router", "info", "default", cwd=repo)
+    assert (
+        shipped.code == 0 and "router checkpoint" in shipped.stdout and "does not exist" not in shipped.stderr
+    )

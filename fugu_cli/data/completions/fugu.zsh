@@ -59,6 +59,7 @@ _fugu() {
         'serve|--api-key-env') return ;;
         'serve|--cors-origin') return ;;
         'sessions|--limit'|'sessions|-n') return ;;
+        'router info|--pool') _files; return ;;
         'router train|--data') _files; return ;;
         'router train|--out') _files; return ;;
         'router train|--stage') return ;;
@@ -102,9 +103,9 @@ _fugu() {
         'sessions show')
             if [[ "$cur" == -* ]]; then items=('--help:Show this message and exit.'); else items=(); fi ;;
         'router')
-            if [[ "$cur" == -* ]]; then items=('--help:Show this message and exit.'); else items=('info:Print what a router checkpoint holds: backbone, workers, training data and metrics.' 'train:Train a router from measured outcomes: soft-label KL with SVF, then sep-CMA-ES.' 'eval:Judge a router on rows it never trained on: its reward–cost curve against the single models'\'' hull, best single, random mix, kNN, logistic regression and the oracle.'); fi ;;
+            if [[ "$cur" == -* ]]; then items=('--help:Show this message and exit.'); else items=('info:Print what a router checkpoint holds (backbone, workers, training data, metrics); without one, which router a session here would use and why.' 'train:Train a router from measured outcomes: soft-label KL with SVF, then sep-CMA-ES.' 'eval:Judge a router on rows it never trained on: its reward–cost curve against the single models'\'' hull, best single, random mix, kNN, logistic regression and the oracle.'); fi ;;
         'router info')
-            if [[ "$cur" == -* ]]; then items=('--help:Show this message and exit.'); else items=(); fi ;;
+            if [[ "$cur" == -* ]]; then items=('--pool:A TOML file of [[workers]].' '--help:Show this message and exit.'); else items=(); fi ;;
         'router train')
             if [[ "$cur" == -* ]]; then items=('--data:A data set folder (dataset.toml), or a fugu store; repeat to stack sets.' '--out:The checkpoint directory to write.' '--stage:sft, es or both.' '--split:given[:LABEL] | kfold:K:SEED:FOLD | tasks:A,B | all (default: given, or kfold:5:0:0).' '--tau:Temperature of the soft targets (default: chosen from 0.05, 0.1, 0.2).' '--svf:SVF targets, e.g. last:1; empty: head only.' '--generations:sep-CMA-ES generations.' '--lambda:λ in reward per USD: every stage maximises normalised reward − λ × cost (USD a prompt).' '--seed:' '--threads:' '--store:--data is a fugu store (fugu eval'\''s outcomes).' '--prices:CSV model,input_price_per_mtok,output_price_per_mtok for data without cost.' '--processes:Processes for embedding and stage 2 (1: this one).' '--help:Show this message and exit.'); else items=(); fi ;;
         'router eval')
