@@ -138,7 +138,9 @@ def run(
     ] = None,
     cost_weight: Annotated[
         float | None,
-        typer.Option("--cost-weight", min=0.0, help="λ: how much the router trades quality for cost."),
+        typer.Option(
+            "--cost-weight", min=0.0, help="λ in reward per US dollar (default: the router checkpoint's own)."
+        ),
     ] = None,
     ultra: Annotated[
         bool, typer.Option("--ultra", help="Let a conductor plan a multi-worker workflow.")

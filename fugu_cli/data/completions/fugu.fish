@@ -66,7 +66,7 @@ complete -c fugu -n '__fugu_at \'\'' -l yes -s y -d 'Allow edits and commands (s
 complete -c fugu -n '__fugu_at \'\'' -l continue -s c -d 'Continue the last session here.'
 complete -c fugu -n '__fugu_at \'\'' -l resume -s r -x -d 'Resume the session with this id.'
 complete -c fugu -n '__fugu_at \'\'' -l router -r -F -d 'A router checkpoint directory, \'default\' or \'prior\'.'
-complete -c fugu -n '__fugu_at \'\'' -l cost-weight -x -d 'λ: how much the router trades quality for cost.'
+complete -c fugu -n '__fugu_at \'\'' -l cost-weight -x -d 'λ in reward per US dollar (default: the router checkpoint\'s own).'
 complete -c fugu -n '__fugu_at \'\'' -l ultra -d 'Let a conductor plan a multi-worker workflow.'
 complete -c fugu -n '__fugu_at \'\'' -l plan -r -F -d 'Run this workflow file (ultra mode).'
 complete -c fugu -n '__fugu_at \'\'' -l verbose -d 'Show route decisions and tool calls on stderr.'
