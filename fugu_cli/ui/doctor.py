@@ -56,6 +56,11 @@ def main(pool: str | None) -> int:
     else:
         repo = find_repo_root(cwd.resolve())
         print(f"  project config none ({'repository ' + str(repo) if repo else 'not in a git repository'})")
+    from fugu_cli.tools.sandbox import unavailable_reason
+
+    no_sandbox = unavailable_reason()
+    sandbox = "bubblewrap (commands run isolated)" if no_sandbox is None else f"! {no_sandbox}"
+    print(f"  sandbox        {sandbox}")
     keys = [p.key_env for p in KNOWN_PROVIDERS if os.environ.get(p.key_env)]
     print("\nproviders")
     print(f"  keys set       {', '.join(keys) or 'none'}")
