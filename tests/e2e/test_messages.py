@@ -154,3 +154,25 @@ def test_a_pool_the_shipped_router_does_not_know_is_told_the_way_to_a_learned_on
     assert (
         shipped.code == 0 and "router checkpoint" in shipped.stdout and "does not exist" not in shipped.stderr
     )
+
+
+def test_doctor_says_what_was_found_and_whether_fugu_can_run(
+    tmp_path: Path, loopback: LoopbackServer
+) -> None:
+    bare = fugu("doctor", cwd=tmp_path, env={"OLLAMA_HOST": "http://127.0.0.1:9"})
+    assert bare.code == 2
+    assert "keys set       none" in bare.stdout and "! no usable worker" in bare.stdout
+    assert bare.stdout.rstrip().endswith("not ready: fix the lines marked !")
+    pool = write_pool(
+        tmp_path / "pool.toml",
+        [
+            {"name": "mine", "model": "openai/mine", "api_base": loopback.base_url},
+            {"name": "gone", "model": "openai/gone", "api_base": "http://127.0.0.1:9/v1"},
+        ],
+    )
+    ready = fugu("doctor", "--pool", str(pool), cwd=tmp_path)
+    assert ready.code == 0, ready.stdout
+    assert "  ok mine  openai/mine" in ready.stdout and "  -- gone  openai/gone" in ready.stdout
+    assert "prior: the shipped router knows 0 of your workers" in ready.stdout
+    assert "sandbox        bubblewrap" in ready.stdout
+    assert ready.stdout.rstrip().endswith("ready: fugu can run here")
