@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fugu_cli.agent import AgentDeps, Limits
-from fugu_cli.config import Config, find_repo_root, fugu_home, load_config
+from fugu_cli.config import Config, fugu_home, load_config
 from fugu_cli.context import ContextPolicy
 from fugu_cli.errors import ConfigError, UsageError
 from fugu_cli.ledger import Ledger
 from fugu_cli.llm import LLM
 from fugu_cli.llm.tokens import CharTokens, TokenCounter
-from fugu_cli.options import RunOptions
+from fugu_cli.options import RunOptions, find_repo_root
 from fugu_cli.pool import usable_pool, with_table_prices
 from fugu_cli.redact import register_secret_env
 from fugu_cli.router import Router

@@ -22,17 +22,9 @@ if TYPE_CHECKING:
 
 
 def main(pool: str | None) -> int:
-    from fugu_cli.config import (
-        find_repo_root,
-        fugu_home,
-        is_trusted,
-        load_config,
-        project_config_path,
-        trust_path,
-        user_config_path,
-    )
+    from fugu_cli.config import fugu_home, is_trusted, load_config, trust_path, user_config_path
     from fugu_cli.logs import log_path
-    from fugu_cli.options import RunOptions
+    from fugu_cli.options import RunOptions, find_repo_root, project_config_path
     from fugu_cli.pool import KNOWN_PROVIDERS, check_pool, discover_pool
 
     cwd = Path.cwd()

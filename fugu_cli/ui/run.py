@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from fugu_cli.errors import FuguError, UsageError
 from fugu_cli.events import (
@@ -28,11 +28,13 @@ from fugu_cli.events import (
     result_json,
 )
 from fugu_cli.options import RunOptions
-from fugu_cli.session import Session
 from fugu_cli.types import TurnResult, Usage, WorkerUsage
 from fugu_cli.ui.phrases import err
 from fugu_cli.ui.stop import GRACE_S, GaveUp, Stopper
 from fugu_cli.ui.stream import Asker, Controls, Inbox, LineWriter, UserTurn, stdin_lines
+
+if TYPE_CHECKING:
+    from fugu_cli.session import Session
 
 log = logging.getLogger("fugu")
 
