@@ -38,7 +38,8 @@ class HTTPStatusFault(Exception):
         error = self.body.get("error") if isinstance(self.body, dict) else None
         message = error.get("message") if isinstance(error, dict) else (error or text[:300])
         code = error.get("code") if isinstance(error, dict) else None
-        super().__init__(f"HTTP {status_code}: {message}" + (f" ({code})" if code else ""))
+        # the status is said by whoever reports the fault (`client.classify`), not twice
+        super().__init__(f"{message}" + (f" ({code})" if code else ""))
 
 
 class DirectClient:

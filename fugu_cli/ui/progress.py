@@ -75,6 +75,8 @@ class ProgressLines:
             self._line(compacted_line(event))
         elif isinstance(event, Notice) and event.level in ("warning", "error"):
             self._line(f"! {event.text}")
+        elif isinstance(event, Notice) and event.level == "hint":
+            self._line(f"· {event.text}")
 
     def _line(self, text: str) -> None:
         for row in text.splitlines():

@@ -268,6 +268,9 @@ class Renderer:
         elif event.level == "warning":
             self.pause()
             self.console.print(Text(f"! {event.text}", style="yellow"), overflow="fold")
+        elif event.level == "hint":
+            self.pause()
+            self.console.print(Text(f"· {event.text}", style="dim"), overflow="fold")
 
     def _start(self, label: str) -> None:
         self._activity = label
