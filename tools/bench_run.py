@@ -19,6 +19,7 @@ traffic stays on 127.0.0.1). The load average is printed: on a shared machine re
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import shutil
@@ -290,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-steps", action="store_true")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="fugu-bench-run-"))
+    # fugu's bytecode as an installed package has it (pip compiles it): a checkout edited since its last run,
+    # or a shell with PYTHONDONTWRITEBYTECODE set, would otherwise compile dozens of modules in every launch
+    compileall.compile_dir(ROOT / "fugu_cli", quiet=1)
     load = os.getloadavg()
     print(f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the start")
     try:

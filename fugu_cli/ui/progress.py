@@ -1,5 +1,7 @@
 """One-shot runs' progress: one plain line per step (`↳ alpha (p=0.61, 18 ms, prior) · read a.py · $0.0012`),
 per failure, compaction and warning, and ultra mode's workflow lines, each step's agent under its own prefix.
+With `waiting`, also a line as a turn starts (while a learned router may still be loading) and one as its
+first step waits for its worker, so a run is never silent until its first step ends.
 
 Plain strings to a `write` callable: no rich and no prompt_toolkit, so `fugu -p` shows progress without
 loading either before its first request (the REPL's renderer writes these same lines through rich).
@@ -17,7 +19,9 @@ from fugu_cli.events import (
     Notice,
     ProviderFailed,
     RouteChosen,
+    SessionStarted,
     StepFinished,
+    StepStarted,
     ToolFinished,
     WorkflowAgentEvent,
 )
@@ -38,9 +42,13 @@ def compacted_line(e: Compacted) -> str:
 class ProgressLines:
     """Turns a session's events into progress lines (called from the turn's thread)."""
 
-    def __init__(self, write: Callable[[str], None] = stderr_line, prefix: str = "") -> None:
+    def __init__(
+        self, write: Callable[[str], None] = stderr_line, prefix: str = "", *, waiting: bool = False
+    ) -> None:
         self.write = write
         self.prefix = prefix
+        self.waiting = waiting
+        self._waited = False  # this turn's first step was announced
         self._route: RouteDecision | None = None
         self._tools: list[str] = []
         self._steps: dict[int, ProgressLines] = {}
@@ -60,6 +68,12 @@ class ProgressLines:
         line = workflow_line(event)
         if line:
             self._line(line)
+        elif isinstance(event, SessionStarted) and self.waiting:
+            self._waited = False
+            self._line(f"… routing with {event.router} among {', '.join(event.workers)}")
+        elif isinstance(event, StepStarted) and self.waiting and not self._waited:
+            self._waited = True
+            self._line(f"… step {event.step}: waiting for {event.worker}")
         elif isinstance(event, RouteChosen):
             self._route, self._tools = event.decision, []
         elif isinstance(event, ToolFinished):

@@ -264,7 +264,7 @@ class _Render:
         if output_format != "stream-json":
             from fugu_cli.ui.progress import ProgressLines
 
-            self._show = ProgressLines().on_event
+            self._show = ProgressLines(waiting=True).on_event
         self._started = time.monotonic()
         self._seen: list[AssistantMessage] = []
 
