@@ -49,6 +49,7 @@ LEARNED = "fugu -p, learned router (shipped checkpoint)"
 HTTPX_FLOOR = "floor: python + one HTTP request (httpx)"
 STDLIB_FLOOR = "floor: python + one HTTP request (http.client)"
 PRIOR = "fugu -p, prior router"
+PRIOR_NO_MAP = "fugu -p, prior router, --no-repo-map"
 WORKERS = ("gpt-5", "claude-sonnet")  # both known to the shipped checkpoint, so `--router default` is learned
 FLOOR_LEARNED = """
 import json, sys, http.client
@@ -91,7 +92,7 @@ for run in bodies:
         if encode is not None and i:
             encode([f"{m['role']}: {m.get('content') or ''}" for m in body["messages"][-2:]])
         client.post(url, content=json.dumps(body), headers={"Content-Type": "application/json",
-                                                           "X-Bench": "floor"}).json()
+                                                           "X-Bench": "floor"}).read()
 """
 
 
@@ -193,9 +194,11 @@ def startup(work: Path, runs: int) -> None:
             HTTPX_FLOOR: [sys.executable, "-c", FLOOR_HTTPX, port],
             STDLIB_FLOOR: [sys.executable, "-c", FLOOR_STDLIB, port],
             PRIOR: [*fugu, "--router", "prior"],
+            # the repo map's exact token count is what loads a tokenizer in a short run: its share, shown
+            PRIOR_NO_MAP: [*fugu, "--router", "prior", "--no-repo-map"],
         }
         cold_home = dict(env, FUGU_HOME=str(work / "cold-home"))
-        cold = {name: launch(cmd, server, cold_home, repo) for name, cmd in cmds.items() if "fugu" in name}
+        cold = {name: launch(cmds[name], server, cold_home, repo) for name in (LEARNED, PRIOR)}
         for cmd in cmds.values():  # warm the page cache, FUGU_HOME's caches and the store
             launch(cmd, server, env, repo)
         got: dict[str, list[Launch]] = {name: [] for name in cmds}
@@ -211,6 +214,7 @@ def startup(work: Path, runs: int) -> None:
         ("learned", LEARNED, TORCH_FLOOR),
         ("prior", PRIOR, HTTPX_FLOOR),
         ("prior vs http.client", PRIOR, STDLIB_FLOOR),
+        ("prior, no repo map", PRIOR_NO_MAP, HTTPX_FLOOR),
     )
     for label, mine, floor in pairs:
         runs = zip(got[mine], got[floor], strict=True)

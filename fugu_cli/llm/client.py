@@ -162,7 +162,10 @@ class LiteLLMClient:
         cancel: threading.Event | None = None,
     ) -> Completion:
         request = self._request(worker, messages, tools)
-        stream = on_text is not None and self.config.stream
+        # A direct call streams even when nobody shows the text: before a reply is complete, its stream's
+        # status line is the only sign that the worker is alive (first_byte_timeout_s). Through litellm, whose
+        # stream handling differs by provider, only a reply shown as it arrives streams.
+        stream = self.config.stream and (on_text is not None or self.is_direct(worker))
         if self.is_direct(worker) and self.prices.needs_table(worker):
             preload_litellm()  # its reply's cost needs litellm's price table: import it while the call waits
 
@@ -251,7 +254,7 @@ class LiteLLMClient:
         try:
             direct = self.is_direct(worker)
             if direct:
-                send: Callable[..., Any] = self._direct_send(worker, first)
+                send: Callable[..., Any] = self._direct_send(worker)
             else:
                 litellm = load_litellm()
                 if abort.is_set():  # cancelled while litellm was importing: don't send (or pay for) it
@@ -259,13 +262,16 @@ class LiteLLMClient:
                 send = functools.partial(
                     litellm.completion, timeout=self.config.timeout_s, num_retries=0, max_retries=0
                 )
-            # The first byte is seen in a stream's first chunk, and in a direct reply's status line; litellm's
-            # whole reply is its first sign of life, so a non-streamed litellm call has `timeout_s` only.
-            events.put(("sent", stream or direct))
+            # A stream's first sign of life is its status line (direct: `send` returns with it) or, through
+            # litellm (which may send only when first read), its first chunk. A whole reply shows none before
+            # it is complete, which may rightly take minutes: a non-streamed call has `timeout_s` only.
+            events.put(("sent", stream))
             if not stream:
                 events.put(("done", completion_from_response(send(**request), worker.name)))
                 return
             chunks = send(**request, stream=True, stream_options={"include_usage": True})
+            if direct:
+                first()
             assembler = StreamAssembler(worker.name)
             for chunk in chunks:
                 if abort.is_set():
@@ -286,14 +292,13 @@ class LiteLLMClient:
                 except Exception:
                     log.debug("closing a stream failed", exc_info=True)
 
-    def _direct_send(self, worker: Worker, first: Callable[[], None]) -> Callable[..., Any]:
-        """`send(**request, stream=...)` over direct.py, shaped like `litellm.completion`; `first` is called
-        when a non-streamed reply's status line arrives."""
+    def _direct_send(self, worker: Worker) -> Callable[..., Any]:
+        """`send(**request, stream=...)` over direct.py, shaped like `litellm.completion`."""
 
         def send(stream: bool = False, **request: Any) -> Any:
             if stream:
                 return self.direct.stream(worker, request | {"stream": True})
-            return self.direct.complete(worker, request, on_first=first)
+            return self.direct.complete(worker, request)
 
         return send
 

@@ -13,7 +13,7 @@ import json
 import sys
 import threading
 import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 from fugu_cli.types import Worker
@@ -64,19 +64,10 @@ class DirectClient:
                 self._client = httpx.Client(timeout=timeout, limits=limits)
             return self._client
 
-    def complete(
-        self, worker: Worker, request: Mapping[str, Any], on_first: Callable[[], None] | None = None
-    ) -> dict[str, Any]:
-        """The worker's chat.completion as JSON; `on_first` is called when its status line arrives."""
-        http = self._http()
+    def complete(self, worker: Worker, request: Mapping[str, Any]) -> dict[str, Any]:
+        """The worker's chat.completion as JSON."""
         with _faults():
-            response = http.send(http.build_request("POST", **_post(worker, request)), stream=True)
-            try:
-                if on_first is not None:
-                    on_first()
-                response.read()
-            finally:
-                response.close()
+            response = self._http().post(**_post(worker, request))
             if response.status_code >= 400:
                 raise HTTPStatusFault(response.status_code, response.text, response)
             data: dict[str, Any] = response.json()

@@ -58,7 +58,9 @@ def test_text_reply(path: str, loopback: LoopbackServer) -> None:
     assert req.messages == [m.to_openai() for m in TASK]
     assert req.body["tools"][0]["function"]["name"] == "shell"
     assert "authorization" not in req.headers
-    assert set(req.body) == {"model", "messages", "tools"}  # nothing litellm-only reaches the wire
+    # nothing litellm-only reaches the wire; a direct call streams (its status line proves the worker alive)
+    streamed = {"stream", "stream_options"} if path == "direct" else set()
+    assert set(req.body) == {"model", "messages", "tools"} | streamed
     # litellm calls through the OpenAI SDK, which signs its requests; the direct path is plain httpx
     assert any(h.startswith("x-stainless") for h in req.headers) == (path == "litellm")
 
@@ -361,21 +363,34 @@ def silent() -> Iterator[SilentServer]:
 SILENT = ClientConfig(timeout_s=20.0, max_retries=2, backoff_base_s=0.01, first_byte_timeout_s=0.5)
 
 
-@pytest.mark.parametrize("streamed", [True, False], ids=["stream", "whole"])
+@pytest.mark.parametrize("shown", [True, False], ids=["text-shown", "text-not-shown"])
 def test_silent_worker_is_cut_off_after_the_first_byte_timeout_without_retry(
-    path: str, silent: SilentServer, streamed: bool
+    path: str, silent: SilentServer, shown: bool
 ) -> None:
-    if path == "litellm" and not streamed:
-        pytest.skip("litellm's whole reply is its first byte: a non-streamed litellm call has timeout_s only")
+    if path == "litellm" and not shown:
+        pytest.skip("through litellm a reply nobody shows is asked whole: timeout_s only (the next test)")
     client = LiteLLMClient(on(path, SILENT))
     worker = Worker(name="w-mute", model="openai/test-model", api_base=silent.base_url)
     load_litellm()  # its import is not the worker's silence
     start = time.monotonic()
     with pytest.raises(ProviderError, match=r"sent nothing for 0\.5 s") as err:
-        client.complete(worker, TASK, [], on_text=(lambda _t: None) if streamed else None)
+        client.complete(worker, TASK, [], on_text=(lambda _t: None) if shown else None)
     assert 0.5 <= time.monotonic() - start < 3.0  # not timeout_s, and not three attempts
     assert not err.value.retryable and err.value.worker == "w-mute"
     assert silent.connections == 1 and silent.posts == 1
+
+
+def test_whole_replies_have_the_overall_timeout_only(path: str, silent: SilentServer) -> None:
+    """`[llm] stream = false` (and litellm's calls whose text nobody shows): a whole reply shows no sign of
+    life before it is complete, which may rightly take long, so only `timeout_s` (retried as ever) cuts a
+    silent worker."""
+    config = dataclasses.replace(SILENT, stream=False, timeout_s=1.5, max_retries=0)
+    worker = Worker(name="w-mute", model="openai/test-model", api_base=silent.base_url)
+    load_litellm()
+    start = time.monotonic()
+    with pytest.raises(ProviderError, match="timed out") as err:
+        LiteLLMClient(on(path, config)).complete(worker, TASK, [])
+    assert time.monotonic() - start >= 1.4 and err.value.retryable
 
 
 def test_a_slow_stream_whose_first_chunk_is_prompt_is_not_cut_off(
