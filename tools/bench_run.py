@@ -125,7 +125,8 @@ class BenchLoopback(LoopbackServer):
         body = request.body if isinstance(request.body, dict) else {}
         step = 1 + sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
         if request.headers.get("x-bench") != "floor" and step not in self.keep:
-            request.body = {"model": body.get("model"), "step": step}  # the rest is not needed: drop it
+            # the rest is not needed: drop it (but whether it asked for a stream, which the reply follows)
+            request.body = {"model": body.get("model"), "step": step, "stream": body.get("stream")}
         request.reply = {}
         super().record(request)
 

@@ -83,6 +83,8 @@ class DirectClient:
                 text = response.read().decode("utf-8", "replace")
                 response.close()
                 raise HTTPStatusFault(response.status_code, text, response)
+        if "json" in response.headers.get("content-type", ""):
+            return _whole_as_chunk(response)
         return _chunks(response)
 
 
@@ -125,6 +127,23 @@ def _chunks(response: Any) -> Iterator[dict[str, Any]]:
                 yield data
     finally:
         response.close()
+
+
+def _whole_as_chunk(response: Any) -> Iterator[dict[str, Any]]:
+    """A server that ignores `stream` and sends the whole completion: the same reply as one chunk."""
+    try:
+        with _faults():
+            data = json.loads(response.read())
+    finally:
+        response.close()
+    if not isinstance(data, dict):
+        raise ValueError(f"not a chat completion: {str(data)[:200]}")
+    choices = [
+        {"index": c.get("index", i), "delta": c.get("message") or {}, "finish_reason": c.get("finish_reason")}
+        for i, c in enumerate(data.get("choices") or [])
+        if isinstance(c, dict)
+    ]
+    yield data | {"choices": choices}
 
 
 class _faults:

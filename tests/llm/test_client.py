@@ -18,7 +18,8 @@ import pytest
 from fugu_cli.errors import Interrupted, ProviderError
 from fugu_cli.llm.client import LOCAL_DUMMY_KEY, ClientConfig, LiteLLMClient, load_litellm
 from fugu_cli.types import Message, ToolCall, Worker
-from tests.loopback import LoopbackServer, SilentServer
+from tests.helpers import call, tool_reply
+from tests.loopback import LoopbackServer, RecordedRequest, SilentServer
 
 FAST = ClientConfig(timeout_s=5.0, max_retries=2, backoff_base_s=0.01)
 SHELL_TOOL = {
@@ -401,3 +402,24 @@ def test_a_slow_stream_whose_first_chunk_is_prompt_is_not_cut_off(
     pieces: list[str] = []
     done = LiteLLMClient(on(path, config)).complete(openai_worker(loopback), TASK, [], on_text=pieces.append)
     assert done.message.content == "abcdefghij" and len(pieces) >= 5
+
+
+class IgnoresStream(LoopbackServer):
+    """An OpenAI-compatible server that answers a stream request with the whole completion as JSON."""
+
+    def record(self, request: RecordedRequest) -> None:
+        if isinstance(request.body, dict):
+            request.body.pop("stream", None)
+        super().record(request)
+
+
+def test_a_server_that_ignores_stream_is_still_understood() -> None:
+    with IgnoresStream() as server:
+        server.script("test-model", [tool_reply(call("shell", cmd="ls"), content="looking")])
+        config = on("direct", FAST)
+        pieces: list[str] = []
+        done = LiteLLMClient(config).complete(
+            openai_worker(server), TASK, [SHELL_TOOL], on_text=pieces.append
+        )
+    assert done.message.content == "looking" and pieces == ["looking"]
+    assert [(c.name, json.loads(c.arguments)) for c in done.message.tool_calls] == [("shell", {"cmd": "ls"})]
