@@ -53,7 +53,7 @@ def user_dir() -> Path:
 
 
 def load(root: Path) -> dict[str, CustomCommand]:
-    """The custom commands for a session in `root`: the user's, then the project's (same name: the project's)."""
+    """The custom commands of a session in `root`: the user's, then the project's (which win a name)."""
     found: dict[str, CustomCommand] = {}
     for folder, scope in [(user_dir(), "user"), *((root / d, "project") for d in reversed(PROJECT_DIRS))]:
         if not folder.is_dir():

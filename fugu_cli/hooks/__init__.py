@@ -253,7 +253,7 @@ class Hooks:
     def _ask(
         self, call: ToolCall, ctx: ToolContext, reason: str
     ) -> tuple[ToolCall, ToolContext] | ToolResult:
-        """A hook answered "ask": the user decides, whatever the mode; without a terminal the call is refused."""
+        """A hook answered "ask": the user decides, whatever the mode; with no terminal it is refused."""
         why = f" ({reason})" if reason else ""
         if ctx.approve is None:
             return _refused(
