@@ -26,8 +26,10 @@ app = typer.Typer(
 )
 sessions_app = typer.Typer(help="List and inspect past sessions.", rich_markup_mode=None)
 router_app = typer.Typer(help="Inspect, train and judge routers.", rich_markup_mode=None)
+mcp_app = typer.Typer(help="The MCP servers a session here gets.", rich_markup_mode=None)
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(router_app, name="router")
+app.add_typer(mcp_app, name="mcp")
 
 
 class OutputFormat(StrEnum):
@@ -228,6 +230,19 @@ def doctor_cmd(
     from fugu_cli.ui import doctor
 
     raise typer.Exit(doctor.main(pool))
+
+
+@mcp_app.command("list")
+def mcp_list_cmd(
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    trust_project: Annotated[
+        bool, typer.Option("--trust-project", help="Count this repository's .mcp.json and config in full.")
+    ] = False,
+) -> None:
+    """Start each MCP server once and show where it comes from, its status, tools and prompts."""
+    from fugu_cli.ui import mcp_list
+
+    raise typer.Exit(mcp_list.main(Path.cwd(), json_out, trust_project))
 
 
 class Shell(StrEnum):

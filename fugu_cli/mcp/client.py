@@ -49,12 +49,13 @@ def open_client(
         transport = sse_client(spec.url or "", headers=dict(spec.headers), timeout=spec.startup_timeout_s)
     else:
         transport = _http(spec)
-    return Client(
+    client: AbstractAsyncContextManager[Any] = Client(
         transport,
         client_info=Implementation(name="fugu", version=__version__),
         read_timeout_seconds=spec.tool_timeout_s,
         cache=None,
     )
+    return client
 
 
 @asynccontextmanager

@@ -121,6 +121,8 @@ class Repl:
         opts = dataclasses.replace(self.opts, resume=resume, continue_last=False, worker=worker)
         with self.console.status("loading…"):
             session = self._build(opts)
+        if self._session is not None:
+            self._session.close()
         self._session = session
         if resume:
             self._show_resumed(session)
@@ -129,6 +131,10 @@ class Repl:
 
     def stop(self) -> None:
         self._running = False
+
+    def run_prompt(self, text: str, worker: str | None = None, allow: Sequence[str] = ()) -> None:
+        with self.session.turn_settings(worker, allow):
+            self._turn(text)
 
     # --- the loop -----------------------------------------------------------------------------------------
 
@@ -151,20 +157,29 @@ class Repl:
             return self._load_error()
         except KeyboardInterrupt:  # while a resumed session was still loading
             return 130
+        finally:
+            if self._session is not None:
+                self._session.close()  # its MCP servers stop with it
         self._goodbye()
         return 0
 
     def _ask_trust(self) -> None:
         """Once per folder: may this repository's own .fugu/config.toml set workers, permissions, tools?"""
         from fugu_cli.config import find_repo_root, needs_trust, trust
+        from fugu_cli.extension_config import untrusted_extensions
 
-        wanted = [] if self.opts.trust_project else needs_trust(self.opts.cwd)
-        if not wanted:
-            return
         root = find_repo_root(self.opts.cwd.resolve()) or self.opts.cwd.resolve()
-        print(f"This folder's .fugu/config.toml asks for: {', '.join(wanted)}.", flush=True)
+        wanted = [] if self.opts.trust_project else needs_trust(self.opts.cwd)
+        extensions = [] if self.opts.trust_project else untrusted_extensions(root)
+        if not wanted and not extensions:
+            return
+        if wanted:
+            print(f"This folder's .fugu/config.toml asks for: {', '.join(wanted)}.", flush=True)
+        if extensions:
+            print(f"This folder would run commands of its own: {', '.join(extensions)}.", flush=True)
         answer = input(
-            f"Trust {root} (its config may then choose workers, endpoints and permissions)? [y/N] "
+            f"Trust {root} (its config may then choose workers, endpoints, permissions, MCP servers and "
+            "hooks)? [y/N] "
         )
         if answer.strip().lower() in ("y", "yes"):
             trust(root)
@@ -203,8 +218,16 @@ class Repl:
             self._say(f"internal error: {type(e).__name__}: {e}", "red")
 
     def _turn(self, text: str) -> None:
+        from fugu_cli.ui.custom import attach_resources
+
         session = self.session
         task, attached = expand_mentions(text, session.config.root)
+        try:
+            task, resources = attach_resources(task, session)
+        except FuguError as e:
+            self._say(str(e), "red")
+            return
+        attached += resources
         if attached:
             self._say(f"attached {', '.join(attached)}", "dim")
         from fugu_cli.ui.turn import TurnThread
@@ -313,7 +336,12 @@ class Repl:
         return f"fugu [{' '.join(tags)}] › " if tags else "fugu › "
 
     def _commands(self) -> Sequence[tuple[str, str]]:
-        return [(c.name, c.help) for c in commands.COMMANDS.values()]
+        from fugu_cli.app import repo_root
+        from fugu_cli.ui import custom
+
+        own = [(c.name, c.help) for c in commands.COMMANDS.values()]
+        theirs = custom.names(repo_root(self._root()), self._session)
+        return own + [(n, h) for n, h in theirs if n not in commands.COMMANDS]
 
     def _arguments(self, command: str) -> Sequence[str]:
         if self._session is None:
