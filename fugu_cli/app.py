@@ -312,10 +312,9 @@ def extension_config(config: Config, opts: RunOptions, root: Path) -> ExtensionC
     """The session's MCP servers and hooks (`--mcp-config` adds servers; `--strict-mcp-config` keeps only
     those)."""
     extra: dict[str, object] = {}
-    notes: list[str] = []
     for given in opts.mcp_config:
         try:
-            extra.update(parse_mcp_config(given, notes))
+            extra.update(parse_mcp_config(given))
         except ConfigError as e:
             raise UsageError(str(e)) from None
     return load_extensions(config, root, extra_servers=extra, strict=opts.strict_mcp_config)

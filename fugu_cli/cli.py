@@ -14,7 +14,7 @@ import typer
 
 from fugu_cli import __version__
 
-SUBCOMMANDS = ("pool", "sessions", "router", "demo", "eval", "serve", "doctor", "completion", "help")
+SUBCOMMANDS = ("pool", "sessions", "router", "demo", "eval", "serve", "doctor", "completion", "mcp", "help")
 
 app = typer.Typer(
     name="fugu",
@@ -161,6 +161,13 @@ def run(
     no_repo_map: Annotated[
         bool, typer.Option("--no-repo-map", help="Give the workers no repository map at each turn.")
     ] = False,
+    mcp_config: Annotated[
+        list[str] | None,
+        typer.Option("--mcp-config", help='MCP servers from a file or JSON string: {"mcpServers": {...}}.'),
+    ] = None,
+    strict_mcp_config: Annotated[
+        bool, typer.Option("--strict-mcp-config", help="Use only the MCP servers of --mcp-config.")
+    ] = False,
     version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
 ) -> None:
     """Run a task (fugu TASK, fugu -p TASK, or the task on stdin), or open the REPL."""
@@ -187,6 +194,8 @@ def run(
         plan=plan,
         trust_project=trust_project,
         repo_map=False if no_repo_map else None,
+        mcp_config=tuple(mcp_config or ()),
+        strict_mcp_config=strict_mcp_config,
     )
     out = runner.Output(
         task=" ".join(task or []),
@@ -549,6 +558,6 @@ def main(argv: list[str] | None = None) -> Any:
     root.command(
         help=(run.__doc__ or "")
         + "\n\nCommands: fugu pool | fugu sessions [show ID] | fugu router info|train|eval | fugu eval SUITE"
-        " | fugu serve | fugu demo | fugu doctor | fugu completion SHELL"
+        " | fugu serve | fugu mcp list | fugu demo | fugu doctor | fugu completion SHELL"
     )(run)
     return root(args=args, prog_name="fugu", obj=notes)

@@ -137,7 +137,7 @@ def untrusted_extensions(root: Path) -> list[str]:
     return wanted
 
 
-def parse_mcp_config(text: str, notices: list[str]) -> dict[str, Any]:
+def parse_mcp_config(text: str) -> dict[str, Any]:
     """`--mcp-config`: a file name or a JSON string holding `{"mcpServers": {...}}`."""
     raw = text.strip()
     if not raw.startswith("{"):

@@ -20,6 +20,8 @@ function __fugu_path
                 set path 'sessions'
             case '|router'
                 set path 'router'
+            case '|mcp'
+                set path 'mcp'
             case 'sessions|show'
                 set path 'sessions show'
             case 'router|info'
@@ -28,6 +30,8 @@ function __fugu_path
                 set path 'router train'
             case 'router|eval'
                 set path 'router eval'
+            case 'mcp|list'
+                set path 'mcp list'
         end
     end
     echo $path
@@ -45,6 +49,7 @@ complete -c fugu -n '__fugu_at \'\'' -a eval -d 'Run a task suite per worker and
 complete -c fugu -n '__fugu_at \'\'' -a serve -d 'Serve an OpenAI-compatible endpoint: fugu (router-only pass-through), fugu-agent, fugu-ultra, fugu/<worker>.'
 complete -c fugu -n '__fugu_at \'\'' -a sessions -d 'List and inspect past sessions.'
 complete -c fugu -n '__fugu_at \'\'' -a router -d 'Inspect, train and judge routers.'
+complete -c fugu -n '__fugu_at \'\'' -a mcp -d 'The MCP servers a session here gets.'
 complete -c fugu -n '__fugu_at \'\'' -l print -s p -d 'Run the task non-interactively and exit.'
 complete -c fugu -n '__fugu_at \'\'' -l output-format -x -a 'text json stream-json' -d 'text, json (one object) or stream-json (a line per event).'
 complete -c fugu -n '__fugu_at \'\'' -l max-turns -x -d 'Most steps per task.'
@@ -73,6 +78,8 @@ complete -c fugu -n '__fugu_at \'\'' -l verbose -d 'Show route decisions and too
 complete -c fugu -n '__fugu_at \'\'' -l trust-project -d 'Obey this repository\'s .fugu/config.toml in full (workers, permissions).'
 complete -c fugu -n '__fugu_at \'\'' -l debug -d 'Also print fugu\'s log (kept in FUGU_HOME/logs) on stderr.'
 complete -c fugu -n '__fugu_at \'\'' -l no-repo-map -d 'Give the workers no repository map at each turn.'
+complete -c fugu -n '__fugu_at \'\'' -l mcp-config -x -d 'MCP servers from a file or JSON string: {"mcpServers": {...}}.'
+complete -c fugu -n '__fugu_at \'\'' -l strict-mcp-config -d 'Use only the MCP servers of --mcp-config.'
 complete -c fugu -n '__fugu_at \'\'' -l version -d 'Print the version and exit.'
 complete -c fugu -n '__fugu_at \'\'' -l help -d 'Show this message and exit.'
 complete -c fugu -n '__fugu_at \'pool\'' -l pool -r -F -d 'A TOML file of [[workers]].'
@@ -140,3 +147,8 @@ complete -c fugu -n '__fugu_at \'router eval\'' -l skip-train-rows -d 'Leave out
 complete -c fugu -n '__fugu_at \'router eval\'' -l prices -r -F -d 'Price list CSV for a data set without cost.'
 complete -c fugu -n '__fugu_at \'router eval\'' -l lambdas -x -d 'Comma-separated λ values to sweep (reward per USD).'
 complete -c fugu -n '__fugu_at \'router eval\'' -l help -d 'Show this message and exit.'
+complete -c fugu -n '__fugu_at \'mcp\'' -a list -d 'Start each MCP server once and show where it comes from, its status, tools and prompts.'
+complete -c fugu -n '__fugu_at \'mcp\'' -l help -d 'Show this message and exit.'
+complete -c fugu -n '__fugu_at \'mcp list\'' -l json -d 'Print JSON.'
+complete -c fugu -n '__fugu_at \'mcp list\'' -l trust-project -d 'Count this repository\'s .mcp.json and config in full.'
+complete -c fugu -n '__fugu_at \'mcp list\'' -l help -d 'Show this message and exit.'
