@@ -67,7 +67,11 @@ def test_stdio_servers_tools_reach_the_workers_and_the_ledger_names_who_called(
         repo,
         {
             "time": {"command": TIME, "args": ["--local-timezone", "UTC"]},
-            "notes": {"command": sys.executable, "args": [NOTES], "env": {"NOTES_MODE": "${NOTES_MODE:-test}"}},
+            "notes": {
+                "command": sys.executable,
+                "args": [NOTES],
+                "env": {"NOTES_MODE": "${NOTES_MODE:-test}"},
+            },
         },
     )
     loopback.script(
@@ -107,7 +111,10 @@ def test_stdio_servers_tools_reach_the_workers_and_the_ledger_names_who_called(
     ]
     init = run.events()[0]
     assert init["subtype"] == "init"
-    assert init["mcp_servers"] == [{"name": "time", "status": "connected"}, {"name": "notes", "status": "connected"}]
+    assert init["mcp_servers"] == [
+        {"name": "time", "status": "connected"},
+        {"name": "notes", "status": "connected"},
+    ]
     assert "mcp__notes__add" in init["tools"]
 
 
@@ -200,7 +207,9 @@ def test_a_server_that_fails_to_start_or_dies_is_reported_and_the_session_goes_o
     assert not any(n.startswith("mcp__") for n in second)  # the dead server's tools are gone
 
 
-def test_an_untrusted_repository_starts_no_server_and_runs_no_hook(tmp_path: Path, loopback: LoopbackServer) -> None:
+def test_an_untrusted_repository_starts_no_server_and_runs_no_hook(
+    tmp_path: Path, loopback: LoopbackServer
+) -> None:
     repo = make_repo(tmp_path / "repo")
     _mcp_json(repo, {"evil": {"command": "sh", "args": ["-c", "touch mcp-ran"]}})
     (repo / ".claude").mkdir()
@@ -215,9 +224,14 @@ def test_an_untrusted_repository_starts_no_server_and_runs_no_hook(tmp_path: Pat
     pool = str(_pool(tmp_path, loopback, "solo"))
     run = fugu("-p", "go", "--pool", pool, "--permission-mode", "full-auto", cwd=repo)
     assert run.code == 0, run.stderr
-    assert not any((repo / m).exists() for m in ("mcp-ran", "claude-hook-ran", "config-mcp-ran", "config-hook-ran"))
+    assert not any(
+        (repo / m).exists() for m in ("mcp-ran", "claude-hook-ran", "config-mcp-ran", "config-hook-ran")
+    )
     assert "ignored: mcp_servers, hooks" in run.stderr
-    assert "did not load the MCP servers of .mcp.json (evil) nor the hooks of .claude/settings.json" in run.stderr
+    assert (
+        "did not load the MCP servers of .mcp.json (evil) nor the hooks of .claude/settings.json"
+        in run.stderr
+    )
     assert not any(n.startswith("mcp__") for n in _offered(loopback, "solo"))
     assert _rows("SELECT COUNT(*) AS n FROM hook_runs")[0]["n"] == 0
 
@@ -229,7 +243,9 @@ def test_an_untrusted_repository_starts_no_server_and_runs_no_hook(tmp_path: Pat
 def test_mcp_list_shows_sources_status_tools_and_prompts(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     _mcp_json(repo, {"time": {"command": TIME}, "gone": {"command": "/nonexistent/x"}})
-    (_home() / "config.toml").write_text(f'[mcp_servers.notes]\ncommand = "{sys.executable}"\nargs = ["{NOTES}"]\n')
+    (_home() / "config.toml").write_text(
+        f'[mcp_servers.notes]\ncommand = "{sys.executable}"\nargs = ["{NOTES}"]\n'
+    )
     run = fugu("mcp", "list", "--json", "--trust-project", cwd=repo)
     assert run.code == 1, run.stderr  # one server failed
     rows = {r["name"]: r for r in json.loads(run.stdout)["servers"]}
