@@ -78,9 +78,8 @@ def test_a_pre_tool_use_hook_that_exits_2_blocks_a_command_and_the_model_reads_w
         "calc.py stays; the test fails.",
     ]
     repo, pool = _setup(tmp_path, loopback, config, replies)
-    run = fugu(
-        "-p", "clean up", "--pool", pool, "--yes", cwd=repo, env={"PLANTED_SECRET_TOKEN": "sk-planted-0123456789ab"}
-    )  # fmt: skip
+    secret = {"PLANTED_SECRET_TOKEN": "sk-planted-0123456789ab"}
+    run = fugu("-p", "clean up", "--pool", pool, "--yes", cwd=repo, env=secret)
     assert run.code == 0, run.stderr
     assert (repo / "calc.py").read_text() == BUGGY
     blocked, ran = _tool_messages(loopback)

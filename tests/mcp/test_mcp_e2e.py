@@ -83,8 +83,9 @@ def test_stdio_servers_tools_reach_the_workers_and_the_ledger_names_who_called(
         [tool_reply(call("mcp__notes__add", a=2, b=40), call("mcp__notes__surroundings")), "Tokyo; 42."],
     )
     (_home() / "config.toml").write_text("[llm]\nbackoff_base_s = 0.01\n")
+    pool = str(_pool(tmp_path, loopback, "alpha", "beta"))
     run = fugu(
-        "-p", "what time is it in Tokyo, and what is 2 + 40?", "--pool", str(_pool(tmp_path, loopback, "alpha", "beta")),
+        "-p", "what time is it in Tokyo, and what is 2 + 40?", "--pool", pool,
         "--permission-mode", "full-auto", "--trust-project", "--output-format", "stream-json",
         cwd=repo, env={"PLANTED_SECRET_TOKEN": "sk-planted-0123456789abcdef"},
     )  # fmt: skip
@@ -194,9 +195,8 @@ def test_a_server_that_fails_to_start_or_dies_is_reported_and_the_session_goes_o
             "The notes server is gone; the test still fails.",
         ],
     )
-    run = fugu(
-        "-p", "go", "--pool", str(_pool(tmp_path, loopback, "solo")), "--permission-mode", "full-auto", cwd=repo
-    )  # fmt: skip
+    pool = str(_pool(tmp_path, loopback, "solo"))
+    run = fugu("-p", "go", "--pool", pool, "--permission-mode", "full-auto", cwd=repo)
     assert run.code == 0, run.stderr
     assert "MCP server broken could not start" in run.stderr and "/nonexistent/mcp-server" in run.stderr
     assert "MCP server notes stopped working" in run.stderr
