@@ -306,10 +306,11 @@ class Session:
         )
 
     def mcp_servers(self) -> tuple[tuple[str, str], ...]:
-        """(name, status) of each MCP server, in Claude Code's words: connected, pending, failed."""
+        """(name, status) of each MCP server, in Claude Code's words: connected, pending, failed (and
+        stopped, once the session is closed)."""
         if self.deps.mcp is None:
             return ()
-        words = {"running": "connected", "not started": "pending", "starting": "pending"}
+        words = {"running": "connected", "not started": "pending", "starting": "pending", "stopped": "stopped"}
         return tuple((s.name, words.get(s.state, "failed")) for s in self.deps.mcp.status())
 
     def mcp_prompts(self) -> tuple[str, ...]:
