@@ -141,6 +141,8 @@ def tool_rules(allowed: Sequence[str], disallowed: Sequence[str], tools: str | N
 def _parse(rule: str) -> tuple[str, str | None]:
     if ":" in rule and not rule.startswith(tuple(CLAUDE_TOOLS)) and "(" not in rule:
         return rule, None  # fugu's own rule, e.g. shell:git status
+    if re.fullmatch(r"mcp__[\w-]+(__[\w-]+|__\*)?", rule):
+        return rule, None  # an MCP server (mcp__github, mcp__github__*) or one of its tools
     match = _RULE.match(rule)
     if match is None:
         raise UsageError(f"tool rule {rule!r}: write it as Name or Name(pattern), e.g. Bash(git status:*)")

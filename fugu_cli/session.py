@@ -279,7 +279,9 @@ class Session:
         try:
             yield
         finally:
-            self.config.forced_worker = before
+            # only what this put in place: a /model or set_model meanwhile (another thread) stands
+            if worker and self.config.forced_worker == worker:
+                self.config.forced_worker = before
             for rule in added:
                 if rule in policy.allow:
                     policy.allow.remove(rule)
@@ -310,7 +312,12 @@ class Session:
         stopped, once the session is closed)."""
         if self.deps.mcp is None:
             return ()
-        words = {"running": "connected", "not started": "pending", "starting": "pending", "stopped": "stopped"}
+        words = {
+            "running": "connected",
+            "not started": "pending",
+            "starting": "pending",
+            "stopped": "stopped",
+        }
         return tuple((s.name, words.get(s.state, "failed")) for s in self.deps.mcp.status())
 
     def mcp_prompts(self) -> tuple[str, ...]:

@@ -260,6 +260,7 @@ def _controls(session: Session, stopper: Stopper, asker: Asker | None) -> Contro
         interrupt=interrupt,
         set_permission_mode=lambda name: session.set_permission_mode(permission_mode(name)),
         set_model=lambda model: session.set_worker(worker_named(session.deps.pool, model)),
+        mcp_status=lambda: [{"name": n, "status": s} for n, s in session.mcp_servers()],
     )
 
 

@@ -20,7 +20,9 @@ NOTES = str(Path(__file__).with_name("notes_server.py"))
 
 def _session(tmp_path: Path, llm: ScriptedLLM, **opts: Any) -> Session:
     home = Path(os.environ["FUGU_HOME"])
-    (home / "config.toml").write_text(f'[mcp_servers.notes]\ncommand = "{sys.executable}"\nargs = ["{NOTES}"]\n')
+    (home / "config.toml").write_text(
+        f'[mcp_servers.notes]\ncommand = "{sys.executable}"\nargs = ["{NOTES}"]\n'
+    )
     repo = tmp_path / "repo"
     if not repo.exists():
         make_repo(repo)
@@ -92,8 +94,13 @@ def test_ultra_steps_keep_their_mcp_calls_to_themselves(tmp_path: Path) -> None:
     for c in llm.calls:
         by_worker[c.worker] = " ".join(m.content or "" for m in c.messages)
     assert "the release is on Friday" in by_worker["alpha"]  # the tool's result reached the step that called
-    assert "the release is on Friday" not in by_worker["beta"]  # a step without access to step 0 never sees it
-    assert "Step 0: release noted." in by_worker["gamma"] and "the release is on Friday" not in by_worker["gamma"]
+    assert (
+        "the release is on Friday" not in by_worker["beta"]
+    )  # a step without access to step 0 never sees it
+    assert (
+        "Step 0: release noted." in by_worker["gamma"]
+        and "the release is on Friday" not in by_worker["gamma"]
+    )
     rows = session.deps.store.query("SELECT scope, agent, tool FROM tool_calls ORDER BY rowid")
     assert [(r["scope"], r["agent"], r["tool"]) for r in rows] == [("wf1.s0", "alpha", "mcp__notes__lookup")]
     session.close()
