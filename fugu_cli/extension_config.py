@@ -30,6 +30,7 @@ from fugu_cli.config import (
     user_config_path,
 )
 from fugu_cli.errors import ConfigError
+from fugu_cli.redact import is_secret_name, register_secret_values
 
 Transport = Literal["stdio", "http", "sse"]
 DEFAULT_HOOK_TIMEOUT_S = 60.0
@@ -109,6 +110,8 @@ def load_extensions(
             servers[name] = spec
     for name in disabled:
         servers.pop(name, None)
+    for spec in servers.values():
+        register_secret_values(_secrets(spec))
     hooks = [
         HookSpec(event, entry.matcher, cmd.command, cmd.timeout or DEFAULT_HOOK_TIMEOUT_S, "config")
         for event, entries in config.hooks.items()
@@ -153,6 +156,18 @@ def parse_mcp_config(text: str) -> dict[str, Any]:
     if not isinstance(servers, dict):
         raise ConfigError('--mcp-config: expected {"mcpServers": {"NAME": {...}}}')
     return servers
+
+
+def _secrets(spec: ServerSpec) -> dict[str, str]:
+    """A server's secrets kept in config: secret-named `env` values and every header value (a bearer token
+    also without its scheme), so no tool result, log or store row shows them."""
+    found = {v: f"[{spec.name} {k}]" for k, v in spec.env.items() if is_secret_name(k)}
+    for key, value in spec.headers.items():
+        found[value] = f"[{spec.name} header {key}]"
+        scheme, _, token = value.partition(" ")
+        if token and scheme.lower() in ("bearer", "token", "basic"):
+            found[token] = f"[{spec.name} header {key}]"
+    return found
 
 
 # --- fugu's config -------------------------------------------------------------------------------------

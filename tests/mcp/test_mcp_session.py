@@ -114,3 +114,29 @@ def test_mcp_rules_match_a_server_or_one_tool() -> None:
     assert policy.check("exec", "mcp__notesx__add") == "ask"  # a prefix of a name is not the server
     assert PermissionPolicy(mode="ask", allow=["mcp"]).check("exec", "mcp__any__tool") == "allow"
     assert PermissionPolicy(mode="read-only", allow=["mcp__notes"]).check("exec", "mcp__notes__add") == "deny"
+
+
+def test_the_sdk_is_imported_only_when_a_server_starts(tmp_path: Path) -> None:
+    """`fugu --help`, and a session whose server's catalog is known, load no `mcp` module until a call."""
+    import subprocess
+
+    first = _session(tmp_path, ScriptedLLM(["hi"]))
+    first.run_turn("hi")  # keeps the catalog
+    first.close()
+    code = (
+        "import sys, runpy\n"
+        "sys.argv = ['fugu', '--help']\n"
+        "try:\n    runpy.run_module('fugu_cli', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        "before = 'mcp' in sys.modules or 'mcp_types' in sys.modules\n"
+        "from pathlib import Path\n"
+        "from fugu_cli.app import RunOptions, build_session\n"
+        "from fugu_cli.llm.scripted import ScriptedLLM\n"
+        f"s = build_session(RunOptions(cwd=Path({str(tmp_path / 'repo')!r}), pool={str(tmp_path / 'pool.toml')!r},"
+        " permission_mode='full-auto'), llm=ScriptedLLM(['ok']))\n"
+        "s.run_turn('hello')\n"
+        "print(before, 'mcp' in sys.modules, s.mcp_servers())\n"
+        "s.close()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "False False (('notes', 'pending'),)"
