@@ -110,10 +110,10 @@ def test_hooks_of_every_layer_run_and_claudes_shape_is_read(tmp_path: Path) -> N
 def test_a_broken_extension_setting_is_a_clear_config_error(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     _user('[[hooks.SessionEnd]]\ncommand = "x"\n')
-    with pytest.raises(ConfigError, match="hooks.SessionEnd"):
+    with pytest.raises(ConfigError, match=r"hooks\.SessionEnd"):
         load_config(repo)
     _user('[mcp_servers.both]\ncommand = "x"\nurl = "http://127.0.0.1/mcp"\n')
-    with pytest.raises(ConfigError, match="either command .* or url"):
+    with pytest.raises(ConfigError, match=r"either command .* or url"):
         load_config(repo)
     (repo / ".mcp.json").write_text("{not json")
     _user("")

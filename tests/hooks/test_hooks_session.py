@@ -61,9 +61,10 @@ def test_continue_false_ends_the_turn_and_context_reaches_the_model(tmp_path: Pa
         "hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": "calc.py is generated"}
     }
     stop = {"continue": False, "stopReason": "the build is broken upstream"}
+    adds, stops = _answer(tmp_path, "ctx.py", context), _answer(tmp_path, "stop.py", stop)
     hooks = (
-        f'[[hooks.PostToolUse]]\nmatcher = "read_file"\ncommand = "{_answer(tmp_path, "ctx.py", context)}"\n\n'
-        f'[[hooks.PostToolUse]]\nmatcher = "grep"\ncommand = "{_answer(tmp_path, "stop.py", stop)}"\n'
+        f'[[hooks.PostToolUse]]\nmatcher = "read_file"\ncommand = "{adds}"\n\n'
+        f'[[hooks.PostToolUse]]\nmatcher = "grep"\ncommand = "{stops}"\n'
     )
     llm = ScriptedLLM(
         [

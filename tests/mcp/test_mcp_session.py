@@ -123,6 +123,7 @@ def test_the_sdk_is_imported_only_when_a_server_starts(tmp_path: Path) -> None:
     first = _session(tmp_path, ScriptedLLM(["hi"]))
     first.run_turn("hi")  # keeps the catalog
     first.close()
+    repo, pool = str(tmp_path / "repo"), str(tmp_path / "pool.toml")
     code = (
         "import sys, runpy\n"
         "sys.argv = ['fugu', '--help']\n"
@@ -131,7 +132,7 @@ def test_the_sdk_is_imported_only_when_a_server_starts(tmp_path: Path) -> None:
         "from pathlib import Path\n"
         "from fugu_cli.app import RunOptions, build_session\n"
         "from fugu_cli.llm.scripted import ScriptedLLM\n"
-        f"s = build_session(RunOptions(cwd=Path({str(tmp_path / 'repo')!r}), pool={str(tmp_path / 'pool.toml')!r},"
+        f"s = build_session(RunOptions(cwd=Path({repo!r}), pool={pool!r},"
         " permission_mode='full-auto'), llm=ScriptedLLM(['ok']))\n"
         "s.run_turn('hello')\n"
         "print(before, 'mcp' in sys.modules, s.mcp_servers())\n"
