@@ -260,11 +260,13 @@ class Hooks:
                 call,
                 f"Blocked: a PreToolUse hook asked for the user's approval{why}, and there is no terminal",
             )
+        args = _arguments(call)
+        what = str(args["command"]) if call.name == "shell" and "command" in args else call.name
         request = ApprovalRequest(
             agent=ctx.agent,
             tool=call.name,
             kind="exec",
-            summary=f"{call.name}: a PreToolUse hook asks you to confirm{why}",
+            summary=f"{what} (a PreToolUse hook asks you to confirm{': ' + reason if reason else ''})",
             detail=call.arguments,
             prefix=f"hook:{call.name}",
         )

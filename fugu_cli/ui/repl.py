@@ -296,7 +296,7 @@ class Repl:
         return self._renderer
 
     def _say(self, text: str, style: str = "") -> None:
-        self.console.print(text, style=style, markup=False, highlight=False, overflow="fold")
+        self.console.print(text, style=style, markup=False, highlight=False, emoji=False, overflow="fold")
 
     def _pause(self) -> None:
         if self._renderer is not None:

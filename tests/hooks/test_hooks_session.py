@@ -48,7 +48,9 @@ def test_a_hook_that_asks_puts_the_question_even_in_full_auto(tmp_path: Path) ->
     llm = ScriptedLLM([tool_reply(tc("c1", "shell", command="rm -f calc.py")), "left it"])
     session = _session(tmp_path, llm, hooks, approver)
     result = session.run_turn("tidy")
-    assert [r.summary for r in asked] == ["shell: a PreToolUse hook asks you to confirm (it deletes files)"]
+    assert [r.summary for r in asked] == [
+        "rm -f calc.py (a PreToolUse hook asks you to confirm: it deletes files)"
+    ]
     assert (tmp_path / "repo" / "calc.py").exists()
     assert [d.tool_name for d in result.denied] == ["shell"]
     (refusal,) = [m.content for m in llm.calls[-1].messages if m.role == "tool"]
