@@ -250,11 +250,13 @@ def _trace(ctx: Context, arg: str) -> None:
 
     from fugu_cli.ui.phrases import tool_summary
 
-    ledgers = [(ledger.scope, ledger.steps(), ledger.tool_calls()) for ledger in _ledgers(ctx.session)]
+    ledgers = [(ledger, ledger.steps(), ledger.tool_calls()) for ledger in _ledgers(ctx.session)]
     if not any(steps for _, steps, _ in ledgers):
         _say(ctx, "nothing yet: no step has run in this session", "dim")
         return
-    for scope, steps, calls in ledgers:
+    for ledger, steps, calls in ledgers:
+        scope = ledger.scope
+        hooks = ledger.hook_runs()
         if scope != "main" and steps:
             _say(ctx, f"[{scope}]", "bold")
         for s in steps:
@@ -269,6 +271,12 @@ def _trace(ctx: Context, arg: str) -> None:
                     flag = " denied" if c.denied else (" error" if c.is_error else "")
                     text = f"    {c.agent}: {tool_summary(c.tool, c.arguments)}{flag}"
                     ctx.console.print(text, overflow="fold", markup=False)
+                    for h in hooks:
+                        if (h.turn, h.step, h.call_id) == (c.turn, c.step, c.call_id):
+                            ran = f"exit {h.exit_code}" if h.exit_code is not None else "no exit"
+                            cmd = h.command if len(h.command) <= 60 else f"{h.command[:28]}…{h.command[-28:]}"
+                            line = f"      hook {h.event} `{cmd}` {ran}: {h.outcome}"
+                            ctx.console.print(line, overflow="fold", markup=False, style="dim")
 
 
 def _diff(ctx: Context, arg: str) -> None:

@@ -3,15 +3,20 @@ the user whatever the mode, `"continue": false` ends the turn, PostToolUse conte
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import textwrap
 from pathlib import Path
+
+from rich.console import Console
 
 from fugu_cli.app import RunOptions, build_session
 from fugu_cli.llm.scripted import ScriptedLLM
 from fugu_cli.session import Session
 from fugu_cli.tools import Answer, ApprovalRequest
+from fugu_cli.ui import commands
 from tests.conductor.kit import tc
 from tests.helpers import make_repo, tool_reply, write_pool
 
@@ -55,6 +60,15 @@ def test_a_hook_that_asks_puts_the_question_even_in_full_auto(tmp_path: Path) ->
     assert [d.tool_name for d in result.denied] == ["shell"]
     (refusal,) = [m.content for m in llm.calls[-1].messages if m.role == "tool"]
     assert refusal == "Permission denied: the user declined shell (a hook asked (it deletes files))"
+    out = io.StringIO()
+
+    class Ctx:
+        console = Console(file=out, width=200, force_terminal=False)
+
+    Ctx.session = session  # type: ignore[attr-defined]
+    assert commands.dispatch(Ctx(), "/trace")  # type: ignore[arg-type]
+    assert "solo: $ rm -f calc.py denied" in out.getvalue()
+    assert re.search(r"hook PreToolUse `python3 \S+ask\.py` exit 0: asked", out.getvalue())
 
 
 def test_continue_false_ends_the_turn_and_context_reaches_the_model(tmp_path: Path) -> None:
