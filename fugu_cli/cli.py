@@ -152,7 +152,9 @@ def run(
     trust_project: Annotated[
         bool,
         typer.Option(
-            "--trust-project", help="Obey this repository's .fugu/config.toml in full (workers, permissions)."
+            "--trust-project",
+            help="Obey this repository's own files in full: .fugu/config.toml (workers, permissions), .mcp.json "
+            "and hooks.",
         ),
     ] = False,
     debug: Annotated[

@@ -95,21 +95,22 @@ class Hooks:
             return call, ctx
         args = _arguments(call)
         answer, reason = "", ""
+        env = _where(ctx)
         for spec in specs:
             payload = {
-                **self._common("PreToolUse", ctx.policy.mode),
+                **self._common("PreToolUse", ctx.policy.mode, env),
                 "tool_name": call.name,
-                "tool_input": claude_input(call.name, args, self.env.root),
+                "tool_input": claude_input(call.name, args, env.root),
                 "tool_use_id": call.id,
             }
-            run = self._run(spec, payload, site, call, ctx.cancel, ctx.sandbox)
+            run = self._run(spec, payload, site, call, ctx.cancel, env)
             self._tell(run, ctx.notify)
             decision, why, updated = _pre_tool_answer(run)
             self._record(run, site, call, _pre_outcome(decision, updated))
             if decision == "deny":
                 return _refused(call, f"Blocked by a PreToolUse hook: {why or 'no reason given'}")
             if updated is not None:
-                args = from_claude_input(call.name, args, updated, self.env.root)
+                args = from_claude_input(call.name, args, updated, env.root)
                 call = dataclasses.replace(call, arguments=json.dumps(args, ensure_ascii=False))
             if _ANSWER.get(decision, 0) > _ANSWER.get(answer, 0):
                 answer, reason = decision, why
@@ -122,16 +123,17 @@ class Hooks:
     def after_tool(self, call: ToolCall, result: ToolResult, ctx: ToolContext, site: Site) -> ToolResult:
         specs = self.for_event("PostToolUse", tool_names(call.name))
         notes: list[str] = []
+        env = _where(ctx)
         for spec in specs:
             args = _arguments(call)
             payload = {
-                **self._common("PostToolUse", ctx.policy.mode),
+                **self._common("PostToolUse", ctx.policy.mode, env),
                 "tool_name": call.name,
-                "tool_input": claude_input(call.name, args, self.env.root),
-                "tool_response": _response(result, args.get("path"), self.env),
+                "tool_input": claude_input(call.name, args, env.root),
+                "tool_response": _response(result, args.get("path"), env),
                 "tool_use_id": call.id,
             }
-            run = self._run(spec, payload, site, call, ctx.cancel, ctx.sandbox)
+            run = self._run(spec, payload, site, call, ctx.cancel, env)
             self._tell(run, ctx.notify)
             said = _feedback(run)
             self._record(run, site, call, "feedback" if said else _plain(run))
@@ -197,11 +199,11 @@ class Hooks:
 
     # --- pieces --------------------------------------------------------------------------------------------
 
-    def _common(self, event: str, mode: str) -> dict[str, Any]:
+    def _common(self, event: str, mode: str, env: HookEnv | None = None) -> dict[str, Any]:
         return {
             "session_id": self.session_id,
             "transcript_path": "",
-            "cwd": str(self.env.root),
+            "cwd": str((env or self.env).root),
             "hook_event_name": event,
             "permission_mode": CLAUDE_MODE_NAMES.get(mode, mode),
         }
@@ -213,10 +215,9 @@ class Hooks:
         site: Site,
         call: ToolCall | None = None,
         cancel: threading.Event | None = None,
-        sandbox: Any = None,
+        env: HookEnv | None = None,
     ) -> HookRun:
-        env = self.env if sandbox is None else dataclasses.replace(self.env, sandbox=sandbox)
-        run = run_hook(spec, payload, env, cancel)
+        run = run_hook(spec, payload, env or self.env, cancel)
         if run.field("continue") is False and spec.event != "Stop":
             self._record(run, site, call, "stopped")
             raise HookStop(str(run.field("stopReason") or f"a {spec.event} hook stopped the turn"))
@@ -273,6 +274,11 @@ class Hooks:
         if ctx.approve(request) == "no":
             return _refused(call, f"Permission denied: the user declined {call.name} (a hook asked{why})")
         return call, dataclasses.replace(ctx, approve=_yes)
+
+
+def _where(ctx: ToolContext) -> HookEnv:
+    """Tool hooks run where the call runs: an ultra step's worktree, with the call's sandbox."""
+    return HookEnv(ctx.root, ctx.sandbox)
 
 
 def _yes(_: ApprovalRequest) -> Any:

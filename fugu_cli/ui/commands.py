@@ -275,8 +275,8 @@ def _trace(ctx: Context, arg: str) -> None:
                         if (h.turn, h.step, h.call_id) == (c.turn, c.step, c.call_id):
                             ran = f"exit {h.exit_code}" if h.exit_code is not None else "no exit"
                             cmd = h.command if len(h.command) <= 60 else f"{h.command[:28]}…{h.command[-28:]}"
-                            line = f"      hook {h.event} `{cmd}` {ran}: {h.outcome}"
-                            ctx.console.print(line, overflow="fold", markup=False, style="dim")
+                            said = f"      hook {h.event} `{cmd}` {ran}: {h.outcome}"
+                            ctx.console.print(said, overflow="fold", markup=False, style="dim")
 
 
 def _diff(ctx: Context, arg: str) -> None:

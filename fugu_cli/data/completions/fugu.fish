@@ -75,7 +75,7 @@ complete -c fugu -n '__fugu_at \'\'' -l cost-weight -x -d 'λ: how much the rout
 complete -c fugu -n '__fugu_at \'\'' -l ultra -d 'Let a conductor plan a multi-worker workflow.'
 complete -c fugu -n '__fugu_at \'\'' -l plan -r -F -d 'Run this workflow file (ultra mode).'
 complete -c fugu -n '__fugu_at \'\'' -l verbose -d 'Show route decisions and tool calls on stderr.'
-complete -c fugu -n '__fugu_at \'\'' -l trust-project -d 'Obey this repository\'s .fugu/config.toml in full (workers, permissions).'
+complete -c fugu -n '__fugu_at \'\'' -l trust-project -d 'Obey this repository\'s own files in full: .fugu/config.toml (workers, permissions), .mcp.json and hooks.'
 complete -c fugu -n '__fugu_at \'\'' -l debug -d 'Also print fugu\'s log (kept in FUGU_HOME/logs) on stderr.'
 complete -c fugu -n '__fugu_at \'\'' -l no-repo-map -d 'Give the workers no repository map at each turn.'
 complete -c fugu -n '__fugu_at \'\'' -l mcp-config -x -d 'MCP servers from a file or JSON string: {"mcpServers": {...}}.'
