@@ -153,8 +153,8 @@ def run(
         bool,
         typer.Option(
             "--trust-project",
-            help="Obey this repository's own files in full: .fugu/config.toml (workers, permissions), .mcp.json "
-            "and hooks.",
+            help="Obey this repository's own files in full: .fugu/config.toml (workers, permissions), "
+            ".mcp.json and hooks.",
         ),
     ] = False,
     debug: Annotated[
