@@ -159,9 +159,6 @@ class ToolRegistry:
         both = keep if before is None else (lambda n: before(n) and keep(n))
         return ToolRegistry((t for n, t in self._tools.items() if keep(n)), self._sources, both)
 
-    def read_only(self) -> ToolRegistry:
-        return ToolRegistry(t for t in self._tools.values() if t.kind == "read")
-
     def names(self) -> list[str]:
         return list(self._all())
 

@@ -165,12 +165,19 @@ class Repl:
 
     def _ask_trust(self) -> None:
         """Once per folder: may this repository's own .fugu/config.toml set workers, permissions, tools?"""
-        from fugu_cli.config import find_repo_root, needs_trust, trust
+        from fugu_cli.options import find_repo_root, project_config_path
+
+        if self.opts.trust_project:
+            return
+        root = find_repo_root(self.opts.cwd.resolve()) or self.opts.cwd.resolve()
+        own = (project_config_path(self.opts.cwd), root / ".mcp.json", root / ".claude")
+        if not any(p.exists() for p in own):
+            return  # nothing to ask (and pydantic, which reading a config needs, stays unloaded)
+        from fugu_cli.config import needs_trust, trust
         from fugu_cli.extension_config import untrusted_extensions
 
-        root = find_repo_root(self.opts.cwd.resolve()) or self.opts.cwd.resolve()
-        wanted = [] if self.opts.trust_project else needs_trust(self.opts.cwd)
-        extensions = [] if self.opts.trust_project else untrusted_extensions(root)
+        wanted = needs_trust(self.opts.cwd)
+        extensions = untrusted_extensions(root)
         if not wanted and not extensions:
             return
         if wanted:
