@@ -1,16 +1,18 @@
 """An MCP server written for the tests with the SDK's MCPServer: `python notes_server.py` serves stdio,
 `python notes_server.py --http PORT` streamable HTTP on 127.0.0.1. Tools that add, look up, report what the
-server can see (its environment, its folder) and crash; a prompt; a resource.
+server can see (its environment, its folder, the caller's Authorization header) and crash; a prompt;
+a resource.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
 from pathlib import Path
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("notes")
 
@@ -38,6 +40,15 @@ def surroundings() -> str:
         writable = False
     home = os.environ.get("FUGU_HOME_SEEN", "")
     return json.dumps({"env": sorted(os.environ), "cwd": os.getcwd(), "writable": writable, "home": home})
+
+
+@server.tool()
+def whoami(ctx: Context) -> str:
+    """The Authorization header this call came with (over HTTP): its SHA-256 prefix and the header itself."""
+    auth = (ctx.headers or {}).get("authorization", "")
+    if not auth:
+        return "no Authorization header"
+    return f"sha256 {hashlib.sha256(auth.encode()).hexdigest()[:12]}: {auth}"
 
 
 @server.tool()

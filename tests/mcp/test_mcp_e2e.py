@@ -4,6 +4,7 @@ stdio (through fugu's sandbox) and over streamable HTTP."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -123,15 +124,24 @@ def test_a_server_over_streamable_http_with_its_prompt_and_resource(
     tmp_path: Path, loopback: LoopbackServer, notes_http: str
 ) -> None:
     repo = make_repo(tmp_path / "repo")
-    (_home() / "config.toml").write_text(f'[mcp_servers.web]\nurl = "{notes_http}"\n')
+    bearer = "Bearer web-token-0123456789abcdef"
+    (_home() / "config.toml").write_text(
+        f'[mcp_servers.web]\nurl = "{notes_http}"\nheaders = {{ Authorization = "{bearer}" }}\n'
+    )
     pool = str(_pool(tmp_path, loopback, "solo"))
-    loopback.script("solo", [tool_reply(call("mcp__web__lookup", key="release")), "Friday."])
+    loopback.script(
+        "solo", [tool_reply(call("mcp__web__lookup", key="release"), call("mcp__web__whoami")), "Friday."]
+    )
     task = "when is the release? @web:notes://today"
     run = fugu("-p", task, "--pool", pool, "--allowedTools", "mcp__web", cwd=repo)
     assert run.code == 0, run.stderr
     first = loopback.requests_for("solo")[0].messages[-1]["content"]
     assert "Buy milk and ship the release." in first  # the resource was attached
-    assert _tool_messages(loopback, "solo") == ["the release is on Friday"]  # allowed by the server's prefix
+    lookup, whoami = _tool_messages(loopback, "solo")
+    assert lookup == "the release is on Friday"  # allowed by the server's prefix
+    # the configured header reached the server, and its token never reaches the model
+    assert whoami.startswith(f"sha256 {hashlib.sha256(bearer.encode()).hexdigest()[:12]}: ")
+    assert "web-token-0123456789abcdef" not in whoami and "[web header Authorization]" in whoami
 
     loopback.script("solo", ["Reviewed."])
     run = fugu("-p", "/mcp__web__review calc.py", "--pool", pool, cwd=repo)
