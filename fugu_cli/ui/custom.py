@@ -32,15 +32,21 @@ class Prompted:
 
 def names(root: Path, session: Session | None) -> list[tuple[str, str]]:
     """(name, help) of every custom command and known MCP prompt, for completion and /help."""
+    return [(name, help) for name, help, _ in described(root, session)]
+
+
+def described(root: Path, session: Session | None) -> list[tuple[str, str, str]]:
+    """(name, help, argument hint) of every custom command and MCP prompt known without starting a server."""
     from fugu_cli import custom_commands
 
-    out = [(c.name, c.help) for c in custom_commands.load(root).values()]
+    out = [(c.name, c.help, c.argument_hint) for c in custom_commands.load(root).values()]
     if session is not None and session.deps.mcp is not None:
         from fugu_cli.mcp import qualified
 
         for server, catalog in session.deps.mcp.catalogs(start=False).items():
             for p in catalog.prompts:
-                out.append((qualified(server, p.name), f"{p.description or p.name} (MCP prompt of {server})"))
+                what = f"{p.description or p.name} (MCP prompt of {server})"
+                out.append((qualified(server, p.name), what, " ".join(f"<{a.name}>" for a in p.arguments)))
     return out
 
 

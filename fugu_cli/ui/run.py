@@ -29,7 +29,7 @@ from fugu_cli.events import (
 )
 from fugu_cli.options import RunOptions
 from fugu_cli.types import TurnResult, Usage, WorkerUsage
-from fugu_cli.ui.custom import Prompted
+from fugu_cli.ui.custom import Prompted, described
 from fugu_cli.ui.phrases import err
 from fugu_cli.ui.stop import GRACE_S, GaveUp, Stopper
 from fugu_cli.ui.stream import Asker, Controls, Inbox, LineWriter, UserTurn, stdin_lines
@@ -270,6 +270,10 @@ def _controls(session: Session, stopper: Stopper, asker: Asker | None) -> Contro
         set_permission_mode=lambda name: session.set_permission_mode(permission_mode(name)),
         set_model=lambda model: session.set_worker(worker_named(session.deps.pool, model)),
         mcp_status=lambda: [{"name": n, "status": s} for n, s in session.mcp_servers()],
+        commands=lambda: [
+            {"name": name, "description": help, "argumentHint": hint}
+            for name, help, hint in described(session.config.root, session)
+        ],
     )
 
 

@@ -58,12 +58,14 @@ class Controls:
         set_permission_mode: Callable[[str], None],
         set_model: Callable[[str | None], None],
         mcp_status: Callable[[], list[dict[str, str]]] = list,
+        commands: Callable[[], list[dict[str, str]]] = list,
     ) -> None:
         self.models = models
         self.interrupt = interrupt
         self.set_permission_mode = set_permission_mode
         self.set_model = set_model
         self.mcp_status = mcp_status
+        self.commands = commands
 
     def answer(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """The response to one control request; raises UsageError with the reason to refuse it."""
@@ -93,7 +95,7 @@ class Controls:
         if request.get("agents"):
             err("the SDK's agent definitions are ignored: fugu's router and conductor pick the workers")
         return {
-            "commands": [],
+            "commands": self.commands(),
             "output_style": "default",
             "available_output_styles": ["default"],
             "models": self.models(),

@@ -152,6 +152,10 @@ def test_control_requests_model_permission_mode_and_interrupt(
     tmp_path: Path, loopback: LoopbackServer
 ) -> None:
     repo = make_repo(tmp_path / "repo")
+    (repo / ".fugu" / "commands").mkdir(parents=True)
+    (repo / ".fugu" / "commands" / "fix-issue.md").write_text(
+        "---\ndescription: Fix an issue by number\nargument-hint: NUMBER\n---\nFix issue #$ARGUMENTS.\n"
+    )
     loopback.script("one", ["one speaking"])
     loopback.script(
         "two",
@@ -186,6 +190,9 @@ def test_control_requests_model_permission_mode_and_interrupt(
 
     info, turns = asyncio.run(talk())
     assert info is not None and [m["value"] for m in info["models"]] == ["auto", "one", "two"]
+    assert info["commands"] == [
+        {"name": "fix-issue", "description": "Fix an issue by number (project)", "argumentHint": "NUMBER"}
+    ]
     assert _routes(turns[0]) == [("one", "prior")]
     assert _routes(turns[1]) == [("two", "override"), ("two", "override")]
     assert turns[1][0].data["permissionMode"] == "acceptEdits" and turns[1][0].data["model"] == "openai/two"
