@@ -15,7 +15,7 @@ from fugu_cli.ui.phrases import err
 def main(cwd: Path, json_out: bool, trust_project: bool = False) -> int:
     from fugu_cli.app import repo_root
     from fugu_cli.config import fugu_home, load_config
-    from fugu_cli.extension_config import load_extensions
+    from fugu_cli.extension_config import load_extensions, untrusted_extensions
     from fugu_cli.tools.sandbox import policy_from_config
 
     try:
@@ -30,6 +30,8 @@ def main(cwd: Path, json_out: bool, trust_project: bool = False) -> int:
     if not extensions.servers:
         if json_out:
             print(json.dumps({"servers": []}))
+        elif not trust_project and any(w.startswith(".mcp.json") for w in untrusted_extensions(root)):
+            print("no MCP server will start here: this folder is not trusted (see --trust-project)")
         else:
             print("no MCP server is configured here (.mcp.json, or [mcp_servers.NAME] in config)")
         return 0

@@ -246,7 +246,7 @@ def test_an_untrusted_repository_starts_no_server_and_runs_no_hook(
     assert _rows("SELECT COUNT(*) AS n FROM hook_runs")[0]["n"] == 0
 
     listing = fugu("mcp", "list", cwd=repo)
-    assert listing.code == 0 and "no MCP server is configured" in listing.stdout
+    assert listing.code == 0 and "no MCP server will start here: this folder is not trusted" in listing.stdout
     assert "not trusted" in listing.stderr and not (repo / "mcp-ran").exists()
 
 
