@@ -48,6 +48,7 @@ _KEY_MARKS = ("sk-", "AKIA", "ASIA", "gh", "github_pat_", "xox", "AIza", "glpat-
 REDACTED = "[REDACTED]"
 
 _registered: set[str] = set()
+_values: dict[str, str] = {}  # secrets that live in config files, not the environment: value -> label
 _lock = threading.Lock()
 _EnvKey = tuple[frozenset[str], frozenset[tuple[Any, Any]]]
 _last: tuple[_EnvKey | None, dict[str, str]] = (None, {})  # the last environment asked about, its secrets
@@ -58,6 +59,15 @@ def register_secret_env(names: Iterable[str | None]) -> None:
     """Treat these environment variables as secrets from now on (the pool's `api_key_env` names)."""
     with _lock:
         _registered.update(n for n in names if n)
+
+
+def register_secret_values(values: Mapping[str, str]) -> None:
+    """Treat these values as secrets from now on, shown as their labels (an MCP server's token in config)."""
+    global _last
+    with _lock:
+        _values.update({v: label for v, label in values.items() if len(v) >= MIN_SECRET_LEN})
+        _last = (None, {})  # the remembered secrets and redactions lack these
+        _redacted.clear()
 
 
 def registered_secret_env() -> frozenset[str]:
@@ -94,7 +104,8 @@ def _secrets(environ: Mapping[str, str] | None) -> tuple[_EnvKey, dict[str, str]
 
 
 def _secret_values(env: Mapping[str, str], registered: frozenset[str]) -> dict[str, str]:
-    found: dict[str, str] = {}
+    with _lock:
+        found: dict[str, str] = dict(_values)
     for name, value in env.items():
         if (name in registered or _SECRET_NAME.search(name)) and len(value) >= MIN_SECRET_LEN:
             found.setdefault(value, f"[{name}]")

@@ -149,6 +149,7 @@ def _run_job(ctx: _Context, job: _Job) -> RunRecord:
             result = session.run_turn(job.task.prompt, cancel=cancel)
         finally:
             timer.cancel()
+            session.close()  # its MCP servers, if the configuration gives it any
         status, cost, error = result.status, result.usage.cost_usd, result.error
         if cancel.is_set():
             error = f"the turn ran past the suite's turn_timeout_s ({ctx.suite.turn_timeout_s:g} s)"
