@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from fugu_cli.agent import Agent, AgentDeps, Limits, TurnIO
 from fugu_cli.context.budget import usage_lines
@@ -37,7 +37,6 @@ from fugu_cli.events import (
 from fugu_cli.hooks import Hooks, HookStop, Site
 from fugu_cli.ledger import Ledger
 from fugu_cli.llm.tokens import Window
-from fugu_cli.mcp import McpManager
 from fugu_cli.router import Router
 from fugu_cli.store import Store
 from fugu_cli.types import (
@@ -50,6 +49,9 @@ from fugu_cli.types import (
     Usage,
     Worker,
 )
+
+if TYPE_CHECKING:
+    from fugu_cli.mcp import McpManager  # asyncio and the SDK's wrappers: only a session with servers
 
 log = logging.getLogger("fugu")
 

@@ -141,3 +141,25 @@ def test_the_sdk_is_imported_only_when_a_server_starts(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[-1] == "False False (('notes', 'pending'),)"
+
+
+def test_a_session_without_servers_imports_no_mcp_code(tmp_path: Path) -> None:
+    """No server configured: a turn loads neither fugu's MCP package nor asyncio (about 40 ms of a launch)."""
+    import subprocess
+
+    repo = make_repo(tmp_path / "repo")
+    pool = write_pool(tmp_path / "pool.toml", [{"name": "alpha", "model": "openai/alpha"}])
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from fugu_cli.app import RunOptions, build_session\n"
+        "from fugu_cli.llm.scripted import ScriptedLLM\n"
+        f"s = build_session(RunOptions(cwd=Path({str(repo)!r}), pool={str(pool)!r},"
+        " permission_mode='full-auto'), llm=ScriptedLLM(['ok']))\n"
+        "s.run_turn('hello')\n"
+        "s.close()\n"
+        "print(sorted(m for m in ('fugu_cli.mcp', 'mcp', 'asyncio') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "[]"
