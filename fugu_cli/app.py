@@ -74,6 +74,15 @@ class RouterSource:
         self._backbone: Backbone | None = None
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, object]:
+        # pickled to a cluster node (fugu eval on Ray): the checkpoint's path travels, the loaded backbone and
+        # the lock stay here; the node loads its own backbone on its first session
+        return {**self.__dict__, "_backbone": None, "_lock": None}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     @property
     def name(self) -> str:
         return "prior" if self.checkpoint is None else f"learned:{self.checkpoint.name}"
