@@ -70,7 +70,8 @@ class Cluster:
         }
         if spec.env:
             options["runtime_env"] = {"env_vars": dict(spec.env)}
-        self._remote = ray.remote(_call).options(**options)
+        self._options = options
+        self._remote = ray.remote(_call)
 
     @classmethod
     def connect(cls, spec: ClusterSpec) -> Cluster:
@@ -107,7 +108,12 @@ class Cluster:
         return self._ray.put(value)
 
     def submit(self, fn: Callable[..., R], *args: Any) -> TaskRef[R]:
-        return TaskRef(self._remote.remote(fn, *args))
+        """Run `fn(*args)` as a task (its process is titled `ray::fugu:<fn's name>` meanwhile)."""
+        return TaskRef(self._task(fn).remote(fn, *args))
+
+    def _task(self, fn: Callable[..., Any]) -> Any:
+        name = f"fugu:{getattr(fn, '__name__', type(fn).__name__)}"
+        return self._remote.options(name=name, **self._options)
 
     def wait(self, tasks: Sequence[TaskRef[Any]], timeout_s: float) -> list[TaskRef[Any]]:
         """The tasks among `tasks` that have finished (waiting up to `timeout_s` for the first one)."""
@@ -141,7 +147,8 @@ class Cluster:
     def map(self, fn: Callable[[Any], R], chunks: Sequence[Any]) -> list[R]:
         """[fn(c) for c in chunks] as tasks, in order; `fn` is stored in the cluster once for all of them."""
         shared = self.put(fn)
-        tasks = [self.submit(_apply, shared, c) for c in chunks]
+        task = self._task(fn)
+        tasks = [TaskRef(task.remote(_apply, shared, c)) for c in chunks]
         try:
             return [self.result(t) for t in tasks]
         except BaseException:
