@@ -148,7 +148,7 @@ class Cluster:
         """[fn(c) for c in chunks] as tasks, in order; `fn` is stored in the cluster once for all of them."""
         shared = self.put(fn)
         task = self._task(fn)
-        tasks = [TaskRef(task.remote(_apply, shared, c)) for c in chunks]
+        tasks: list[TaskRef[R]] = [TaskRef(task.remote(_apply, shared, c)) for c in chunks]
         try:
             return [self.result(t) for t in tasks]
         except BaseException:
