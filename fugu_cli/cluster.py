@@ -72,6 +72,7 @@ class Cluster:
             options["runtime_env"] = {"env_vars": dict(spec.env)}
         self._options = options
         self._remote = ray.remote(_call)
+        self._stored: dict[str, Any] = {}
 
     @classmethod
     def connect(cls, spec: ClusterSpec) -> Cluster:
@@ -144,9 +145,14 @@ class Cluster:
             ) from None
         return value
 
-    def map(self, fn: Callable[[Any], R], chunks: Sequence[Any]) -> list[R]:
-        """[fn(c) for c in chunks] as tasks, in order; `fn` is stored in the cluster once for all of them."""
-        shared = self.put(fn)
+    def map(self, fn: Callable[[Any], R], chunks: Sequence[Any], key: str | None = None) -> list[R]:
+        """[fn(c) for c in chunks] as tasks, in order. `fn` is stored in the cluster once for all of them, and
+        once for every call with the same `key` (an ES fitness, the same in every generation)."""
+        shared = self._stored.get(key) if key else None
+        if shared is None:
+            shared = self.put(fn)
+            if key:
+                self._stored[key] = shared
         task = self._task(fn)
         tasks: list[TaskRef[R]] = [TaskRef(task.remote(_apply, shared, c)) for c in chunks]
         try:

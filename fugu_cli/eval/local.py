@@ -59,5 +59,9 @@ def run_local(
         raise failed
     records = [f.result() for f in futures if not f.cancelled()]
     if stop.is_set() or any(r is None for r in records):
-        raise Interrupted(f"interrupted: {sum(r is not None for r in records)} of {len(jobs)} runs finished")
+        raise Interrupted(interrupted(sum(bool(r and r.stored) for r in records), len(jobs)))
     return [r for r in records if r is not None]
+
+
+def interrupted(stored: int, total: int) -> str:
+    return f"interrupted: {stored} of {total} runs finished and stored"

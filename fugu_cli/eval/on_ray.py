@@ -152,7 +152,8 @@ class _Driver:
         except KeyboardInterrupt:
             self.stop.set()
             self.cluster.cancel(list(running))
-            raise Interrupted(f"interrupted: {len(records)} of {len(jobs)} runs finished") from None
+            stored = sum(r.stored for r in records.values())
+            raise Interrupted(f"interrupted: {stored} of {len(jobs)} runs finished and stored") from None
         except BaseException:
             self.cluster.cancel(list(running))
             raise

@@ -63,6 +63,10 @@ class _Chunk:
 
     fitness: Fitness
 
+    @property
+    def token(self) -> str | None:
+        return getattr(self.fitness, "token", None)
+
     def __call__(self, items: list[tuple[np.ndarray, int]]) -> list[float]:
         token = getattr(self.fitness, "token", None)
         # in the caller's own process its object already keeps its state

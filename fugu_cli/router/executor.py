@@ -98,7 +98,8 @@ class RayExecutor:
         return self._connected().slots()
 
     def map(self, fn: Callable[[T], R], chunks: Sequence[T]) -> list[R]:
-        return self._connected().map(fn, chunks)
+        # a function with a `token` (an ES fitness) is the same object every generation: store it once
+        return self._connected().map(fn, chunks, key=getattr(fn, "token", None))
 
     def close(self) -> None:
         if self._cluster is not None:
