@@ -233,13 +233,10 @@ def restore_protected(task: Task, repo: Path) -> None:
     """Put protected files back as the task gave them, so a worker cannot pass by editing the test."""
     originals = dict(task.files)
     for rel in task.protected:
-        target = repo / rel
         if rel in originals:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(originals[rel], encoding="utf-8")
+            _clear_way(repo, rel).write_text(originals[rel], encoding="utf-8")
         elif task.repo is not None and (task.repo / rel).is_file():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(task.repo / rel, target)
+            shutil.copyfile(task.repo / rel, _clear_way(repo, rel))
 
 
 def prepare_check(task: Task, repo: Path) -> None:

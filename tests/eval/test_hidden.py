@@ -79,3 +79,19 @@ def test_select_tasks_by_glob(tmp_path: Path) -> None:
     assert [t.id for t in select_tasks(suite, ["f*", "nothing"]).tasks] == ["first-n"]
     with pytest.raises(UsageError, match="no task of mini matches"):
         select_tasks(suite, ["z*"])
+
+
+def test_a_protected_file_turned_into_a_symlink_is_restored_in_the_repo(tmp_path: Path) -> None:
+    suite = load_suite(write_suite(tmp_path / "mini"))
+    task = suite.tasks[0]  # "add": test_calc.py is protected
+    repo = make_task_repo(task, tmp_path / "repo")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's file\n")
+    (repo / "test_calc.py").unlink()
+    (repo / "test_calc.py").symlink_to(victim)
+    prepare_check(task, repo)
+    assert victim.read_text() == "the user's file\n"
+    assert (
+        not (repo / "test_calc.py").is_symlink()
+        and "assert add(2, 3) == 5" in (repo / "test_calc.py").read_text()
+    )
