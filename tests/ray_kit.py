@@ -17,6 +17,13 @@ import pytest
 class RayInstance:
     temp_dir: Path
 
+    @property
+    def address(self) -> str:
+        """Where another process joins this instance (`--ray-address`)."""
+        import ray
+
+        return str(ray.get_runtime_context().gcs_address)
+
     def raylet_pid(self) -> int:
         for pid, cmd in _processes():
             if "raylet" in cmd and str(self.temp_dir) in cmd:

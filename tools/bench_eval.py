@@ -4,10 +4,11 @@ instance, on this machine.
 The suite has 64 jobs (32 tasks × 2 workers, each a fresh git repo, a full-auto session and a check) against
 loopback workers that answer every call after a fixed delay: `fixer` makes two calls (a write, then "fixed"),
 `talker` one. The embedding pass encodes N synthetic prompts with the default backbone (MiniLM), uncached.
-Ray runs use one instance (`--cpus` CPUs, started once; its start is reported apart), so its worker processes
-start, import fugu and load the backbone inside the measured time, as they would in a first real run.
+Every figure is the median of `--repeat` runs. Ray runs share one instance (`--cpus` CPUs, started once; its
+start is reported apart); its first eval run and first embedding pass are reported apart too (cold: worker
+processes start, import fugu and load the backbone inside the measured time, as in a first real run).
 
-    PYTHONPATH=. .venv/bin/python tools/bench_eval.py [--delay 0.5] [--cpus 2] [--prompts 2000] [--json]
+    .venv/bin/python tools/bench_eval.py [--delay 0.5] [--cpus 2] [--prompts 2000] [--repeat 3] [--json]
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -109,6 +111,7 @@ def main() -> None:
     ap.add_argument("--delay", type=float, default=0.5, help="seconds before every loopback reply")
     ap.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray instance")
     ap.add_argument("--prompts", type=int, default=2000, help="prompts in the embedding pass")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each warm figure (the median is reported)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -119,46 +122,60 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="fugu-bench-eval-", dir="/tmp"))
     write_suite(tmp / "suite")
-    out: dict[str, Any] = {"jobs": 2 * TASKS, "delay_s": args.delay, "cpus": os.cpu_count()}
-    out["local_parallel_2_s"] = eval_run(tmp, "local2", args.delay, "local", 2, 1.0)
-    out["local_parallel_8_s"] = eval_run(tmp, "local8", args.delay, "local", 8, 1.0)
+    runs: dict[str, list[float]] = {}
+    n = 0
+
+    def measure(key: str, times: int, fn: Any, *fn_args: Any) -> None:
+        nonlocal n
+        for _ in range(times):
+            n += 1
+            runs.setdefault(key, []).append(fn(tmp, f"{key}-{n}", *fn_args))
+
+    texts = [
+        f"request {i}: please {'fix the SQL join' if i % 2 else 'style the CSS grid'} #{i}"
+        for i in range(args.prompts)
+    ]
+    measure("local_parallel_2", args.repeat, eval_run, args.delay, "local", 2, 1.0)
+    measure("local_parallel_8", args.repeat, eval_run, args.delay, "local", 8, 1.0)
+    measure("embed_local_1_thread", args.repeat, embed_run, texts, LocalExecutor(), 1)
+    measure("embed_local_2_threads", args.repeat, embed_run, texts, LocalExecutor(), 2)
     start = time.perf_counter()
     ray.init(num_cpus=args.cpus, _temp_dir=str(tmp / "ray"), include_dashboard=False, log_to_driver=False)
-    out["ray_start_s"] = time.perf_counter() - start
+    runs["ray_start"] = [time.perf_counter() - start]
     try:
-        out["ray_1_cpu_per_job_s"] = eval_run(tmp, "ray1", args.delay, "ray", None, 1.0)
-        out["ray_quarter_cpu_per_job_s"] = eval_run(tmp, "ray025", args.delay, "ray", None, 0.25)
-        # the same again: its 8 worker processes have started and imported fugu (a long run's steady state)
-        out["ray_quarter_warm_s"] = eval_run(tmp, "ray025b", args.delay, "ray", None, 0.25)
-        texts = [
-            f"request {i}: please {'fix the SQL join' if i % 2 else 'style the CSS grid'} #{i}"
-            for i in range(args.prompts)
-        ]
-        out["prompts"] = args.prompts
-        out["embed_local_1_thread_s"] = embed_run(tmp, "l1", texts, LocalExecutor(), 1)
-        out["embed_local_2_threads_s"] = embed_run(tmp, "l2", texts, LocalExecutor(), 2)
+        # the first run on the fresh instance: its worker processes start and import fugu inside the time
+        measure("ray_quarter_cpu_cold", 1, eval_run, args.delay, "ray", None, 0.25)
+        measure("ray_1_cpu_per_job", args.repeat, eval_run, args.delay, "ray", None, 1.0)
+        measure("ray_quarter_cpu_per_job", args.repeat, eval_run, args.delay, "ray", None, 0.25)
         on_ray = RayExecutor(ClusterSpec())
-        out["embed_ray_s"] = embed_run(tmp, "ray", texts, on_ray, 1)
-        out["embed_ray_again_s"] = embed_run(tmp, "ray2", texts, on_ray, 1)  # workers warm, backbone loaded
+        measure("embed_ray_cold", 1, embed_run, texts, on_ray, 1)  # each worker loads the backbone
+        measure("embed_ray", args.repeat, embed_run, texts, on_ray, 1)
         on_ray.close()
     finally:
         ray.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
+    medians = {k: statistics.median(v) for k, v in runs.items()}
     if args.json:
-        print(json.dumps(out))
+        meta = {"jobs": 2 * TASKS, "delay_s": args.delay, "cpus": os.cpu_count(), "prompts": args.prompts}
+        print(json.dumps({**meta, "median_s": medians, "runs_s": runs}))
         return
-    print(f"fugu eval, {out['jobs']} jobs, loopback delay {args.delay:g} s a call, {out['cpus']} CPUs:")
-    print(f"  local, --parallel 2 (default)      {out['local_parallel_2_s']:7.1f} s")
-    print(f"  local, --parallel 8                {out['local_parallel_8_s']:7.1f} s")
-    print(f"  Ray instance start ({args.cpus} CPUs)       {out['ray_start_s']:7.1f} s")
-    print(f"  Ray, 1 CPU a job (2 at once)       {out['ray_1_cpu_per_job_s']:7.1f} s")
-    print(f"  Ray, 0.25 CPU a job (8 at once)    {out['ray_quarter_cpu_per_job_s']:7.1f} s")
-    print(f"  the same, workers warm             {out['ray_quarter_warm_s']:7.1f} s")
+
+    def row(label: str, key: str) -> str:
+        each = ", ".join(f"{v:.1f}" for v in runs[key])
+        return f"  {label:<40} {medians[key]:7.1f} s   ({each})"
+
+    print(f"fugu eval, {2 * TASKS} jobs, loopback delay {args.delay:g} s a call, {os.cpu_count()} CPUs here:")
+    print(row("local, --parallel 2 (default)", "local_parallel_2"))
+    print(row("local, --parallel 8", "local_parallel_8"))
+    print(row(f"Ray instance start ({args.cpus} CPUs)", "ray_start"))
+    print(row("Ray, 0.25 CPU a job, first run (cold)", "ray_quarter_cpu_cold"))
+    print(row("Ray, 1 CPU a job", "ray_1_cpu_per_job"))
+    print(row("Ray, 0.25 CPU a job", "ray_quarter_cpu_per_job"))
     print(f"embedding pass, {args.prompts} prompts, MiniLM, uncached:")
-    print(f"  local, 1 torch thread              {out['embed_local_1_thread_s']:7.1f} s")
-    print(f"  local, 2 torch threads             {out['embed_local_2_threads_s']:7.1f} s")
-    print(f"  Ray, {args.cpus} tasks × 1 thread (cold)     {out['embed_ray_s']:7.1f} s")
-    print(f"  Ray, again (workers warm)          {out['embed_ray_again_s']:7.1f} s")
+    print(row("local, 1 torch thread", "embed_local_1_thread"))
+    print(row("local, 2 torch threads", "embed_local_2_threads"))
+    print(row("Ray, first pass (workers load MiniLM)", "embed_ray_cold"))
+    print(row(f"Ray, {args.cpus} CPUs, 1 thread a task", "embed_ray"))
 
 
 if __name__ == "__main__":

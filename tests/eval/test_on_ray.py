@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -137,6 +139,32 @@ def test_stopping_cancels_the_clusters_tasks(tmp_path: Path, ray_instance: RayIn
             ray_instance.task_pids(TASK_NAME) == []
         )  # the cluster's processes were stopped, not left to run
         assert _counts(store)["outcomes"] == 0
+
+
+def test_ctrl_c_in_the_cli_cancels_the_clusters_tasks_and_exits_130(
+    tmp_path: Path, ray_instance: RayInstance
+) -> None:
+    """`fugu eval --executor ray --ray-address ADDR` joins the running instance; SIGINT while both jobs are
+    held mid-turn on it ends the run at once, with nothing stored."""
+    with Responder(hold=("calc.py", "seq.py"), hold_s=300) as server:
+        suite = write_suite(tmp_path / "mini")
+        pool = write_responder_pool(tmp_path / "pool.toml", server)
+        argv = ["eval", str(suite), "--worker", "fixer", "--pool", str(pool), "--executor", "ray"]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fugu_cli", *argv, "--ray-address", ray_instance.address],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        server.wait_for("calc.py", 1)
+        server.wait_for("seq.py", 1)
+        assert len(ray_instance.task_pids(TASK_NAME)) == 2
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)  # long before the held replies would come
+    assert proc.returncode == 130, err
+    assert "interrupted: 0 of 2 runs finished and stored" in err
+    assert _counts(Store(Path(os.environ["FUGU_HOME"]) / "fugu.db"))["outcomes"] == 0
 
 
 def test_keep_is_refused_with_ray(tmp_path: Path) -> None:
