@@ -120,6 +120,7 @@ def main() -> None:
     from fugu_cli.cluster import ClusterSpec
     from fugu_cli.router.executor import LocalExecutor, RayExecutor
 
+    load = os.getloadavg()  # other work on this machine skews every figure: say how busy it was
     tmp = Path(tempfile.mkdtemp(prefix="fugu-bench-eval-", dir="/tmp"))
     write_suite(tmp / "suite")
     runs: dict[str, list[float]] = {}
@@ -157,6 +158,7 @@ def main() -> None:
     medians = {k: statistics.median(v) for k, v in runs.items()}
     if args.json:
         meta = {"jobs": 2 * TASKS, "delay_s": args.delay, "cpus": os.cpu_count(), "prompts": args.prompts}
+        meta |= {"load_start": load[0], "load_end": os.getloadavg()[0]}
         print(json.dumps({**meta, "median_s": medians, "runs_s": runs}))
         return
 
@@ -164,6 +166,7 @@ def main() -> None:
         each = ", ".join(f"{v:.1f}" for v in runs[key])
         return f"  {label:<40} {medians[key]:7.1f} s   ({each})"
 
+    print(f"load average (1 min) at the start {load[0]:.1f}, at the end {os.getloadavg()[0]:.1f}")
     print(f"fugu eval, {2 * TASKS} jobs, loopback delay {args.delay:g} s a call, {os.cpu_count()} CPUs here:")
     print(row("local, --parallel 2 (default)", "local_parallel_2"))
     print(row("local, --parallel 8", "local_parallel_8"))
