@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fugu_cli.agent import AgentDeps, Limits
-from fugu_cli.config import Config, find_repo_root, fugu_home, load_config
+from fugu_cli.config import Config, fugu_home, load_config
 from fugu_cli.context import ContextPolicy
 from fugu_cli.errors import ConfigError, UsageError
 from fugu_cli.ledger import Ledger
 from fugu_cli.llm import LLM
 from fugu_cli.llm.tokens import CharTokens, TokenCounter
-from fugu_cli.options import RunOptions
+from fugu_cli.options import RunOptions, find_repo_root
 from fugu_cli.pool import usable_pool, with_table_prices
 from fugu_cli.redact import register_secret_env
 from fugu_cli.router import Router
@@ -145,6 +145,7 @@ class Resolved:
     config: Config
     pool: tuple[Worker, ...]
     routers: RouterSource = field(compare=False)
+    router_reason: str = ""  # why this router (said once when the shipped router cannot serve the pool)
 
     @property
     def names(self) -> list[str]:
@@ -161,7 +162,8 @@ def resolve(opts: RunOptions, *, saved_pool: Sequence[Worker] = ()) -> Resolved:
         pool = with_table_prices(pool)
     config = config.model_copy(update={"worker": worker_named(pool, config.worker)})
     register_secret_env(w.api_key_env for w in pool)
-    return Resolved(opts, config, tuple(pool), router_source(config, pool))
+    routers, why = router_choice(config, pool)
+    return Resolved(opts, config, tuple(pool), routers, why)
 
 
 def worker_named(pool: Sequence[Worker], spec: str | None) -> str | None:
@@ -252,6 +254,7 @@ def assemble(
         ultra=config.ultra,
         stream=opts.stream,
         notices=_notices(config),
+        hints=_hints(config, resolved),
         keep_checkpoint_sessions=config.tools.keep_checkpoint_sessions,
     )
     ultra = build_conductor(config, opts, agent, store, resolved.pool, root)
@@ -374,6 +377,17 @@ def _resumed_row(store: Store, opts: RunOptions) -> SessionRow:
         what = f"session {opts.resume}" if opts.resume else f"a previous session in {root}"
         raise UsageError(f"cannot resume: no {what} (list them with: fugu sessions)")
     return row
+
+
+def _hints(config: Config, resolved: Resolved) -> tuple[str, ...]:
+    """Said once, at the first turn: why the shipped router does not route this pool, and the way to one."""
+    if resolved.routers.checkpoint is not None or config.router or len(resolved.pool) < 2:
+        return ()
+    return (
+        f"{resolved.router_reason}. For a learned router for your own workers: run `fugu eval SUITE`, then "
+        "`fugu router train --store`; or give each worker a `description` a checkpoint can score "
+        "(README: Routers for your own pool)",
+    )
 
 
 def _notices(config: Config) -> tuple[str, ...]:

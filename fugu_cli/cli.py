@@ -138,7 +138,9 @@ def run(
     ] = None,
     cost_weight: Annotated[
         float | None,
-        typer.Option("--cost-weight", min=0.0, help="λ: how much the router trades quality for cost."),
+        typer.Option(
+            "--cost-weight", min=0.0, help="λ in reward per US dollar (default: the router checkpoint's own)."
+        ),
     ] = None,
     ultra: Annotated[
         bool, typer.Option("--ultra", help="Let a conductor plan a multi-worker workflow.")
@@ -387,11 +389,20 @@ def sessions_show(
 
 
 @router_app.command("info")
-def router_info(checkpoint: Annotated[Path, typer.Argument(help="A router checkpoint directory.")]) -> None:
-    """Print what a router checkpoint holds: backbone, workers, training data and metrics."""
+def router_info(
+    checkpoint: Annotated[
+        str | None,
+        typer.Argument(
+            help="A checkpoint directory, 'default' (the shipped one) or 'prior'; none: this session's."
+        ),
+    ] = None,
+    pool: Annotated[str | None, typer.Option("--pool", help="A TOML file of [[workers]].")] = None,
+) -> None:
+    """Print what a router checkpoint holds (backbone, workers, training data, metrics); without one, which
+    router a session here would use and why."""
     from fugu_cli.ui import admin
 
-    raise typer.Exit(admin.router_info(checkpoint))
+    raise typer.Exit(admin.router_info(checkpoint, pool))
 
 
 @router_app.command("train")

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from fugu_cli.errors import ConfigError
+from fugu_cli.options import project_config_path
 from fugu_cli.types import PermissionMode
 
 
@@ -171,13 +172,6 @@ def user_config_path() -> Path:
     return Path(base) / "fugu" / "config.toml"
 
 
-def find_repo_root(start: Path) -> Path | None:
-    for d in (start, *start.parents):
-        if (d / ".git").exists():
-            return d
-    return None
-
-
 def read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as f:
@@ -238,10 +232,6 @@ def trust(root: Path) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text("\n".join([*lines, "]", ""]), encoding="utf-8")
     tmp.replace(path)
-
-
-def project_config_path(cwd: Path) -> Path:
-    return (find_repo_root(cwd) or cwd) / ".fugu" / "config.toml"
 
 
 def needs_trust(cwd: Path) -> list[str]:

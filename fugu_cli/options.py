@@ -18,6 +18,18 @@ from fugu_cli.types import PERMISSION_MODES, PermissionMode
 PERMISSION_MODE_NAMES: tuple[str, ...] = (*PERMISSION_MODES, *CLAUDE_PERMISSION_MODES)
 
 
+def find_repo_root(start: Path) -> Path | None:
+    for d in (start, *start.parents):
+        if (d / ".git").exists():
+            return d
+    return None
+
+
+def project_config_path(cwd: Path) -> Path:
+    """The repository's own `.fugu/config.toml` (it may not exist)."""
+    return (find_repo_root(cwd) or cwd) / ".fugu" / "config.toml"
+
+
 def permission_mode(name: str) -> PermissionMode:
     """fugu's mode for `name` (fugu's own names, or Claude Code's); a clear usage error otherwise."""
     if name in PERMISSION_MODES:

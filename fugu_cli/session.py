@@ -51,6 +51,7 @@ class SessionConfig:
     ultra: bool = False  # turns go to `SessionDeps.ultra` (the conductor); `/ultra on|off` flips it
     stream: bool = False  # stream the workers' text (a terminal); a turn may say otherwise
     notices: tuple[str, ...] = ()  # said once, at the first turn (e.g. what an untrusted config could not do)
+    hints: tuple[str, ...] = ()  # likewise, but advice rather than a warning
     keep_checkpoint_sessions: int = 20  # /undo checkpoint refs of older sessions are pruned
 
 
@@ -147,7 +148,9 @@ class Session:
             emit(self._started())
             for notice in self.config.notices:
                 emit(Notice(session_id=self.id, level="warning", text=notice))
-            self.config.notices = ()
+            for hint in self.config.hints:
+                emit(Notice(session_id=self.id, level="hint", text=hint))
+            self.config.notices = self.config.hints = ()
             store = self.deps.store
             store.begin_turn(self.id, turn, text)
             store.touch_session(self.id, title=text.strip().splitlines()[0][:80] if text else None)

@@ -114,9 +114,6 @@ class ToolRegistry:
             raise ValueError(f"unknown tools {unknown}; known: {', '.join(self._tools)}")
         return ToolRegistry(self._tools[n] for n in names)
 
-    def read_only(self) -> ToolRegistry:
-        return self.subset([n for n, t in self._tools.items() if t.kind == "read"])
-
     def names(self) -> list[str]:
         return list(self._tools)
 

@@ -255,9 +255,46 @@ def router_eval(req: EvalRequest) -> int:
     return 0
 
 
-def router_info(checkpoint: Path) -> int:
+def router_info(checkpoint: str | None, pool: str | None = None) -> int:
+    """What a checkpoint holds; "default" is the shipped one, "prior" the rule without a checkpoint; none:
+    the router a session here would use, and why."""
+    from fugu_cli.app import default_checkpoint
     from fugu_cli.router.checkpoint import info_text
 
+    if checkpoint is None:
+        return _session_router(pool)
+    if checkpoint == "prior":
+        print(
+            "prior: no checkpoint; workers by configured priority, then how well a description fits the task"
+        )
+        return 0
+    path = default_checkpoint() if checkpoint == "default" else Path(checkpoint)
+    return _checkpoint_info(path, info_text)
+
+
+def _session_router(pool: str | None) -> int:
+    from fugu_cli.app import router_choice
+    from fugu_cli.config import load_config
+    from fugu_cli.options import RunOptions
+    from fugu_cli.pool import check_pool, discover_pool
+    from fugu_cli.router.checkpoint import info_text
+
+    try:
+        config = load_config(Path.cwd(), RunOptions(pool=pool).overrides())
+        workers, _ = discover_pool(config, Path.cwd())
+        usable = [a.worker for a in check_pool(workers) if a.ok]
+        source, why = router_choice(config, usable)
+    except FuguError as e:
+        err(str(e))
+        return e.exit_code
+    print(f"a session here uses {source.name}: {why}")
+    if source.checkpoint is None:
+        return 0
+    print()
+    return _checkpoint_info(source.checkpoint, info_text)
+
+
+def _checkpoint_info(checkpoint: Path, info_text: Any) -> int:
     if not checkpoint.exists():
         err(f"{checkpoint} does not exist")
         return 2

@@ -22,17 +22,9 @@ if TYPE_CHECKING:
 
 
 def main(pool: str | None) -> int:
-    from fugu_cli.config import (
-        find_repo_root,
-        fugu_home,
-        is_trusted,
-        load_config,
-        project_config_path,
-        trust_path,
-        user_config_path,
-    )
+    from fugu_cli.config import fugu_home, is_trusted, load_config, trust_path, user_config_path
     from fugu_cli.logs import log_path
-    from fugu_cli.options import RunOptions
+    from fugu_cli.options import RunOptions, find_repo_root, project_config_path
     from fugu_cli.pool import KNOWN_PROVIDERS, check_pool, discover_pool
 
     cwd = Path.cwd()
@@ -56,6 +48,11 @@ def main(pool: str | None) -> int:
     else:
         repo = find_repo_root(cwd.resolve())
         print(f"  project config none ({'repository ' + str(repo) if repo else 'not in a git repository'})")
+    from fugu_cli.tools.sandbox import unavailable_reason
+
+    no_sandbox = unavailable_reason()
+    sandbox = "bubblewrap (commands run isolated)" if no_sandbox is None else f"! {no_sandbox}"
+    print(f"  sandbox        {sandbox}")
     keys = [p.key_env for p in KNOWN_PROVIDERS if os.environ.get(p.key_env)]
     print("\nproviders")
     print(f"  keys set       {', '.join(keys) or 'none'}")

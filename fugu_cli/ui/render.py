@@ -203,6 +203,8 @@ class Renderer:
             self._line(compacted_line(event))
         elif isinstance(event, Notice) and event.level in ("warning", "error"):
             self._line(f"! {event.text}")
+        elif isinstance(event, Notice) and event.level == "hint":
+            self._line(f"· {event.text}")
 
     def _line(self, text: str) -> None:
         for row in text.splitlines():
@@ -303,6 +305,9 @@ class Renderer:
         elif event.level == "warning":
             self.pause()
             self.console.print(Text(f"! {event.text}", style="yellow"), overflow="fold")
+        elif event.level == "hint":
+            self.pause()
+            self.console.print(Text(f"· {event.text}", style="dim"), overflow="fold")
 
     def _start(self, label: str) -> None:
         self._activity = label

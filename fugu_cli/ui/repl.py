@@ -156,9 +156,13 @@ class Repl:
 
     def _ask_trust(self) -> None:
         """Once per folder: may this repository's own .fugu/config.toml set workers, permissions, tools?"""
-        from fugu_cli.config import find_repo_root, needs_trust, trust
+        from fugu_cli.options import find_repo_root, project_config_path
 
-        wanted = [] if self.opts.trust_project else needs_trust(self.opts.cwd)
+        if self.opts.trust_project or not project_config_path(self.opts.cwd).is_file():
+            return  # nothing to ask (and pydantic, which reading a config needs, stays unloaded)
+        from fugu_cli.config import needs_trust, trust
+
+        wanted = needs_trust(self.opts.cwd)
         if not wanted:
             return
         root = find_repo_root(self.opts.cwd.resolve()) or self.opts.cwd.resolve()

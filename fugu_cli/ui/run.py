@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from fugu_cli.errors import FuguError, UsageError
 from fugu_cli.events import (
@@ -28,11 +28,13 @@ from fugu_cli.events import (
     result_json,
 )
 from fugu_cli.options import RunOptions
-from fugu_cli.session import Session
 from fugu_cli.types import TurnResult, Usage, WorkerUsage
 from fugu_cli.ui.phrases import err
 from fugu_cli.ui.stop import GRACE_S, GaveUp, Stopper
 from fugu_cli.ui.stream import Asker, Controls, Inbox, LineWriter, UserTurn, stdin_lines
+
+if TYPE_CHECKING:
+    from fugu_cli.session import Session
 
 log = logging.getLogger("fugu")
 
@@ -128,9 +130,9 @@ def main(opts: RunOptions, out: Output, flags: Flags | None = None) -> int:
         err(note)
     if out.input_format == "stream-json":
         return _guarded(lambda: _conversation(opts, out))
-    task = out.task
+    task = readable(out.task)
     if not sys.stdin.isatty():
-        piped = sys.stdin.read()
+        piped = readable(sys.stdin.buffer.read())
         task = f"{task}\n\n{piped}".strip() if task else piped.strip()
     if not task:
         if out.print_mode or not sys.stdin.isatty():
@@ -154,6 +156,13 @@ def _guarded(run: Callable[[], int]) -> int:
         log.error("the run failed", exc_info=e)
         err(f"internal error: {type(e).__name__}: {e} (details in {log_path()})")
         return 1
+
+
+def readable(raw: str | bytes) -> str:
+    """Text from argv or stdin as UTF-8, bytes that are not UTF-8 shown as U+FFFD (never a crash later)."""
+    if isinstance(raw, str):  # argv: Python keeps undecodable bytes as surrogates
+        raw = raw.encode("utf-8", "surrogateescape")
+    return raw.decode("utf-8", "replace")
 
 
 def _one_shot(opts: RunOptions, out: Output, task: str) -> int:

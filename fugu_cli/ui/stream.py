@@ -269,5 +269,6 @@ def user_turn(message: Mapping[str, Any]) -> UserTurn | None:
 
 
 def stdin_lines() -> Iterable[str]:
-    """stdin, line by line as it arrives (a client waits for answers between its lines)."""
-    return iter(sys.stdin.readline, "")
+    """stdin, line by line as it arrives (a client waits for answers between its lines); bytes that are not
+    UTF-8 become U+FFFD rather than ending the conversation."""
+    return (line.decode("utf-8", "replace") for line in iter(sys.stdin.buffer.readline, b""))

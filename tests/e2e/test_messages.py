@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.helpers import fugu, make_repo, write_pool
@@ -101,3 +103,76 @@ def test_resume_takes_a_unique_prefix(tmp_path: Path, loopback: LoopbackServer) 
     missing = fugu("-p", "b", "--resume", "nope", "--pool", str(pool), cwd=repo)
     assert missing.code == 2
     assert "cannot resume: no session nope (list them with: fugu sessions)" in missing.stderr
+
+
+def test_bytes_that_are_not_utf8_in_the_task_are_shown_not_fatal(
+    tmp_path: Path, loopback: LoopbackServer
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    pool = write_pool(
+        tmp_path / "pool.toml", [{"name": "solo", "model": "openai/solo", "api_base": loopback.base_url}]
+    )
+    loopback.script("solo", ["seen", "seen too"])
+    proc = subprocess.run(
+        [sys.executable, "-m", "fugu_cli", "-p", os.fsdecode(b"fix \xff\xfe here"), "--pool", str(pool)],
+        cwd=repo,
+        capture_output=True,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    piped = subprocess.run(
+        [sys.executable, "-m", "fugu_cli", "-p", "--pool", str(pool)],
+        cwd=repo,
+        input=b"from stdin \xff\xfe",
+        capture_output=True,
+    )
+    assert piped.returncode == 0, piped.stderr.decode()
+    sent = [r.messages[-1]["content"] for r in loopback.requests_for("solo")]
+    assert sent == ["fix \ufffd\ufffd here", "from stdin \ufffd\ufffd"]
+
+
+def test_a_pool_the_shipped_router_does_not_know_is_told_the_way_to_a_learned_one(
+    tmp_path: Path, loopback: LoopbackServer
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    pool = write_pool(
+        tmp_path / "pool.toml",
+        [
+            {"name": "mine", "model": "openai/mine", "api_base": loopback.base_url},
+            {"name": "other", "model": "openai/other", "api_base": loopback.base_url},
+        ],
+    )
+    loopback.script("mine", ["ok"])
+    loopback.script("other", ["ok"])
+    run = fugu("-p", "hi", "--pool", str(pool), cwd=repo)
+    assert run.code == 0, run.stderr
+    (hint,) = [line for line in run.stderr.splitlines() if line.startswith("· ")]
+    assert hint.startswith("· the shipped router knows 0 of your workers (none); it needs two")
+    assert "`fugu eval SUITE`, then `fugu router train --store`" in hint
+    info = fugu("router", "info", "--pool", str(pool), cwd=repo)
+    assert info.code == 0 and info.stdout.startswith("a session here uses prior: the shipped router knows 0")
+    shipped = fugu("router", "info", "default", cwd=repo)
+    assert (
+        shipped.code == 0 and "router checkpoint" in shipped.stdout and "does not exist" not in shipped.stderr
+    )
+
+
+def test_doctor_says_what_was_found_and_whether_fugu_can_run(
+    tmp_path: Path, loopback: LoopbackServer
+) -> None:
+    bare = fugu("doctor", cwd=tmp_path, env={"OLLAMA_HOST": "http://127.0.0.1:9"})
+    assert bare.code == 2
+    assert "keys set       none" in bare.stdout and "! no usable worker" in bare.stdout
+    assert bare.stdout.rstrip().endswith("not ready: fix the lines marked !")
+    pool = write_pool(
+        tmp_path / "pool.toml",
+        [
+            {"name": "mine", "model": "openai/mine", "api_base": loopback.base_url},
+            {"name": "gone", "model": "openai/gone", "api_base": "http://127.0.0.1:9/v1"},
+        ],
+    )
+    ready = fugu("doctor", "--pool", str(pool), cwd=tmp_path)
+    assert ready.code == 0, ready.stdout
+    assert "  ok mine  openai/mine" in ready.stdout and "  -- gone  openai/gone" in ready.stdout
+    assert "prior: the shipped router knows 0 of your workers" in ready.stdout
+    assert "sandbox        bubblewrap" in ready.stdout
+    assert ready.stdout.rstrip().endswith("ready: fugu can run here")

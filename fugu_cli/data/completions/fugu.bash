@@ -60,6 +60,7 @@ _fugu() {
         "serve|--api-key-env") return ;;
         "serve|--cors-origin") return ;;
         "sessions|--limit"|"sessions|-n") return ;;
+        "router info|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "router train|--data") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "router train|--out") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "router train|--stage") return ;;
@@ -96,7 +97,7 @@ _fugu() {
         "sessions") opts="--limit -n --help" subs="show" ;;
         "sessions show") opts="--help" subs="" ;;
         "router") opts="--help" subs="info train eval" ;;
-        "router info") opts="--help" subs="" ;;
+        "router info") opts="--pool --help" subs="" ;;
         "router train") opts="--data --out --stage --split --tau --svf --generations --lambda --seed --threads --store --prices --processes --executor --ray-address --help" subs="" ;;
         "router eval") opts="--data --router --split --k --json --plot --threads --store --train-data --allow-train-rows --skip-train-rows --prices --lambdas --help" subs="" ;;
     esac
