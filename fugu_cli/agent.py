@@ -30,6 +30,7 @@ from fugu_cli.events import (
     ToolStarted,
     ignore,
 )
+from fugu_cli.hooks import HookStop, Site, ToolHooks
 from fugu_cli.ledger import Ledger, StepRecord, TurnLedger
 from fugu_cli.llm import LLM
 from fugu_cli.router.roles import is_accept
@@ -39,6 +40,7 @@ from fugu_cli.types import (
     Message,
     RouteDecision,
     RouteState,
+    ToolCall,
     ToolResult,
     TurnResult,
     TurnStatus,
@@ -51,6 +53,8 @@ if TYPE_CHECKING:
     from fugu_cli.tools.registry import ToolRegistry
 
 Picker = Callable[[RouteState], RouteDecision]
+OnStop = Callable[[str, bool], "str | None"]  # (final answer, a stop was already refused) -> keep going?
+MAX_STOP_BLOCKS = 8  # Stop hooks that refuse the agent's stop in a row before it stops anyway
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ class AgentDeps:
     session_id: str
     role_prompt: Callable[[str], str] | None = None
     context: ContextPolicy | None = None  # None: no token accounting, masking or compaction
+    hooks: tuple[ToolHooks, ...] = ()  # around every tool call, in order (the user's hooks, instructions)
 
 
 @dataclass(frozen=True)
@@ -123,12 +128,16 @@ class Agent:
         io: TurnIO | None = None,
         *,
         brief: str = "",
+        on_stop: OnStop | None = None,
     ) -> TurnResult:
         """Work on `messages` (appending to it, and recording every new message in the ledger) until a final
         answer, a limit, a failure or an interrupt. A compaction replaces `messages`' contents in place.
-        `brief` (the repo map) goes before the turn's message in each step of this run, never to the store."""
+        `brief` (the repo map) goes before the turn's message in each step of this run, never to the store.
+        `on_stop` is asked before a final answer ends the run; a reason it returns is given to the worker,
+        which goes on (Stop hooks)."""
         run = _Run(self.d, messages, self.d.ledger.turn(turn), pick, limits, io or TurnIO())
         run.brief = brief
+        run.on_stop = on_stop
         return run.go()
 
 
@@ -157,6 +166,9 @@ class _Run:
         self.started = time.monotonic()
         self.sid = deps.session_id
         self.brief = ""
+        self.on_stop: OnStop | None = None
+        self.stop_blocks = 0
+        self.hook_stop: HookStop | None = None
         self._turn_message = messages[-1] if messages and messages[-1].role == "user" else None
         self._briefed: Message | None = None
         self.guard = None
@@ -210,9 +222,26 @@ class _Run:
             )
             if interrupted:
                 return self._result("interrupted", last_text, "interrupted by the user")
+            if self.hook_stop is not None:
+                return self._result(
+                    "error_during_execution", last_text, f"stopped by a hook: {self.hook_stop}"
+                )
             accepted = decision.role == "verifier" and is_accept(reply.content)
             if not reply.tool_calls or accepted:
+                if not accepted and self._keep_going(reply.content or ""):
+                    continue
                 return self._result("success", reply.content or "", None)
+
+    def _keep_going(self, answer: str) -> bool:
+        """Ask `on_stop` whether the run may end on this answer; its reason becomes the next message."""
+        if self.on_stop is None or self.stop_blocks >= MAX_STOP_BLOCKS:
+            return False
+        reason = self.on_stop(answer, self.stop_blocks > 0)
+        if not reason:
+            return False
+        self.stop_blocks += 1
+        self._append(Message(role="user", content=f"<Stop-hook>\n{reason}\n</Stop-hook>"))
+        return True
 
     def _cancelled(self) -> bool:
         return self.io.cancel is not None and self.io.cancel.is_set()
@@ -357,15 +386,21 @@ class _Run:
         return on_text
 
     def _run_tools(self, reply: Message, step: int, worker: str) -> list[ToolResult]:
-        ctx = dataclasses.replace(self.d.tool_ctx, agent=worker, cancel=self.io.cancel)
+        ctx = dataclasses.replace(
+            self.d.tool_ctx, agent=worker, cancel=self.io.cancel, notify=self._notifier()
+        )
         results: list[ToolResult] = []
         for call in reply.tool_calls:
+            ran = call
             if self._cancelled():
                 result = ToolResult(call.id, call.name, "Not run: the user interrupted.", is_error=True)
+            elif self.hook_stop is not None:
+                why = f"Not run: a hook stopped the turn ({self.hook_stop})."
+                result = ToolResult(call.id, call.name, why, is_error=True)
             else:
                 self._emit(ToolStarted(session_id=self.sid, step=step, worker=worker, call=call))
-                result = self.d.tools.run(call, ctx)
-            self.ledger.tool_call(step, worker, call, result)
+                ran, result = self._call_tool(call, ctx, Site(self.ledger, step, worker))
+            self.ledger.tool_call(step, worker, ran, result)
             self._append(
                 Message(
                     role="tool", content=result.content, tool_call_id=call.id, name=call.name, worker=worker
@@ -374,6 +409,34 @@ class _Run:
             self._emit(ToolFinished(session_id=self.sid, step=step, worker=worker, call=call, result=result))
             results.append(result)
         return results
+
+    def _call_tool(self, call: ToolCall, ctx: ToolContext, site: Site) -> tuple[ToolCall, ToolResult]:
+        """Run one call between the hooks: each may refuse it, change it or add to its result. Returns the
+        call as it ran (a hook may have changed its arguments) and its result."""
+        try:
+            for hook in self.d.hooks:
+                gated = hook.before_tool(call, ctx, site)
+                if isinstance(gated, ToolResult):
+                    return call, gated
+                call, ctx = gated
+        except HookStop as e:
+            self.hook_stop = e
+            return call, ToolResult(
+                call.id, call.name, f"Not run: a hook stopped the turn ({e}).", is_error=True
+            )
+        result = self.d.tools.run(call, ctx)
+        try:
+            for hook in self.d.hooks:
+                result = hook.after_tool(call, result, ctx, site)
+        except HookStop as e:
+            self.hook_stop = e
+        return call, result
+
+    def _notifier(self) -> Callable[[str], None]:
+        def notify(text: str) -> None:
+            self._emit(Notice(session_id=self.sid, level="warning", text=text))
+
+        return notify
 
     def _result(self, status: TurnStatus, text: str, error: str | None) -> TurnResult:
         """The run's outcome; its error is said once, by whoever shows the result (not also as a notice)."""

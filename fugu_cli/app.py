@@ -15,9 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fugu_cli.agent import AgentDeps, Limits
-from fugu_cli.config import Config, fugu_home, load_config
+from fugu_cli.config import Config, fugu_home, load_config, user_config_path
 from fugu_cli.context import ContextPolicy
+from fugu_cli.context.instructions import Instructions
 from fugu_cli.errors import ConfigError, UsageError
+from fugu_cli.extension_config import ExtensionConfig, load_extensions, parse_mcp_config
+from fugu_cli.hooks import HookEnv, Hooks, ToolHooks
 from fugu_cli.ledger import Ledger
 from fugu_cli.llm import LLM
 from fugu_cli.llm.tokens import CharTokens, TokenCounter
@@ -222,19 +225,32 @@ def assemble(
     mode: PermissionMode = config.permission_mode or "ask"
     from fugu_cli.tools.registry import ToolRegistry
 
+    tool_ctx = configure_tools(
+        config,
+        root,
+        PermissionPolicy(
+            mode=mode,
+            allow=[*config.permissions.allow, *opts.allow],
+            deny=[*config.permissions.deny, *opts.deny],
+        ),
+        approver,
+    )
+    extensions = extension_config(config, opts, root)
+    instructions = Instructions(root, opts.cwd, config.context.instructions_tokens, user_config_path().parent)
+    hooks = Hooks(extensions.hooks, HookEnv(root, tool_ctx.sandbox), sid)
+    registry = ToolRegistry.default()
+    mcp = None
+    if extensions.servers:
+        from fugu_cli.mcp import McpManager, McpTools
+
+        mcp = McpManager(extensions.servers, root, tool_ctx.sandbox, fugu_home())
+        registry = registry.with_source(McpTools(mcp))
+    around: list[ToolHooks] = [hooks] if hooks else []
     agent = AgentDeps(
         llm=llm or make_llm(config),
-        tools=_tools(ToolRegistry.default(), opts),
-        tool_ctx=configure_tools(
-            config,
-            root,
-            PermissionPolicy(
-                mode=mode,
-                allow=[*config.permissions.allow, *opts.allow],
-                deny=[*config.permissions.deny, *opts.deny],
-            ),
-            approver,
-        ),
+        tools=_tools(registry, opts),
+        tool_ctx=tool_ctx,
+        hooks=(*around, instructions),
         ledger=Ledger(store, sid),
         workers={w.name: w for w in resolved.pool},
         session_id=sid,
@@ -248,16 +264,23 @@ def assemble(
         root=root,
         limits=Limits(max_steps=_max_steps(config, opts, router), max_budget_usd=config.max_budget_usd),
         forced_worker=config.worker,
-        system_prompt=system_prompt(root, base=opts.system_prompt, append=opts.append_system_prompt),
+        system_prompt=system_prompt(
+            root,
+            base=opts.system_prompt,
+            append=opts.append_system_prompt,
+            instructions=instructions.prompt_text(),
+        ),
         permission_mode=mode,
         router_name=router.name,
         ultra=config.ultra,
         stream=opts.stream,
-        notices=_notices(config),
+        notices=(*_notices(config), *extensions.notices),
         hints=_hints(config, resolved),
         keep_checkpoint_sessions=config.tools.keep_checkpoint_sessions,
+        trusted=config.project_trusted,
+        slash_commands=_custom_command_names(root),
     )
-    ultra = build_conductor(config, opts, agent, store, resolved.pool, root)
+    ultra = build_conductor(config, opts, agent, store, resolved.pool, root, instructions.prompt_text())
     deps = SessionDeps(
         agent=agent,
         store=store,
@@ -266,35 +289,67 @@ def assemble(
         fallback=PriorRouter(),
         ultra=ultra,
         repo_map=repo_map_source(config, root, agent.context),
+        hooks=hooks if hooks else None,
+        mcp=mcp,
+        instructions=instructions,
     )
     return Session(deps, session_config, messages)
 
 
 def system_prompt(
-    root: Path, name: str = "system", *, base: str | None = None, append: str | None = None
+    root: Path,
+    name: str = "system",
+    *,
+    base: str | None = None,
+    append: str | None = None,
+    instructions: str | None = None,
 ) -> str:
-    """The workers' instructions: fugu's prompt `name` (or `base`, a caller's replacement), the project's
-    AGENTS.md (or CLAUDE.md), then `append`."""
+    """The workers' instructions: fugu's prompt `name` (or `base`, a caller's replacement), the instruction
+    files (the user's, the repository's and its folders' AGENTS.md or CLAUDE.md; all of them within their
+    budget when not given), then `append`."""
     from fugu_cli import prompts
 
     text = base if base else prompts.load(name)
-    for name in ("AGENTS.md", "CLAUDE.md"):
-        path = root / name
-        if path.is_file():
-            text += f"\n\nProject instructions from {name}:\n{path.read_text(errors='replace')[:20_000]}"
-            break
+    if instructions is None:
+        budget = Config().context.instructions_tokens
+        instructions = Instructions(root, root, budget, user_config_path().parent).prompt_text()
+    if instructions:
+        text += f"\n\n{instructions}"
     if append:
         text += f"\n\n{append}"
     return text
 
 
+def extension_config(config: Config, opts: RunOptions, root: Path) -> ExtensionConfig:
+    """The session's MCP servers and hooks (`--mcp-config` adds servers; `--strict-mcp-config` keeps only
+    those)."""
+    extra: dict[str, object] = {}
+    for given in opts.mcp_config:
+        try:
+            extra.update(parse_mcp_config(given))
+        except ConfigError as e:
+            raise UsageError(str(e)) from None
+    return load_extensions(config, root, extra_servers=extra, strict=opts.strict_mcp_config)
+
+
+def _custom_command_names(root: Path) -> tuple[str, ...]:
+    from fugu_cli import custom_commands
+
+    return tuple(c.name for c in custom_commands.load(root).values())
+
+
 def _tools(registry: ToolRegistry, opts: RunOptions) -> ToolRegistry:
-    """The tools the workers see: all, or `--tools`'s, less the hidden ones."""
-    names = list(opts.only_tools) if opts.only_tools is not None else registry.names()
+    """The tools the workers see: all, or `--tools`'s, less the hidden ones (an MCP server's name hides all
+    of its tools)."""
+    hidden = opts.hidden_tools
     try:
-        return registry.subset([n for n in names if n not in opts.hidden_tools])
+        if opts.only_tools is not None:
+            registry = registry.subset(list(opts.only_tools))
     except ValueError as e:
         raise UsageError(f"--tools: {e}") from None
+    if not hidden:
+        return registry
+    return registry.filtered(lambda n: not any(n == h or n.startswith(h + "__") for h in hidden))
 
 
 def make_tokens(config: Config) -> TokenCounter:
@@ -340,7 +395,13 @@ def make_llm(config: Config) -> LLM:
 
 
 def build_conductor(
-    config: Config, opts: RunOptions, agent: AgentDeps, store: Store, pool: Sequence[Worker], root: Path
+    config: Config,
+    opts: RunOptions,
+    agent: AgentDeps,
+    store: Store,
+    pool: Sequence[Worker],
+    root: Path,
+    instructions: str | None = None,
 ) -> Conductor:
     """Ultra mode's conductor (always built, so `/ultra on` works in any session)."""
     from fugu_cli.conductor import Conductor, ConductorConfig, ConductorDeps
@@ -364,7 +425,9 @@ def build_conductor(
         home=fugu_home(),
         max_depth=u.max_depth,
         step_limits=Limits(u.step_max_turns, u.step_max_budget_usd, u.step_timeout_s),
-        system_prompt=system_prompt(root, "workflow_step", append=opts.append_system_prompt),
+        system_prompt=system_prompt(
+            root, "workflow_step", append=opts.append_system_prompt, instructions=instructions
+        ),
         plan=plan,
     )
     return Conductor(ConductorDeps(agent=agent, store=store, pool=pool), cfg)

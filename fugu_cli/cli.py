@@ -14,7 +14,7 @@ import typer
 
 from fugu_cli import __version__
 
-SUBCOMMANDS = ("pool", "sessions", "router", "demo", "eval", "serve", "doctor", "completion", "help")
+SUBCOMMANDS = ("pool", "sessions", "router", "demo", "eval", "serve", "doctor", "completion", "mcp", "help")
 
 app = typer.Typer(
     name="fugu",
@@ -26,8 +26,10 @@ app = typer.Typer(
 )
 sessions_app = typer.Typer(help="List and inspect past sessions.", rich_markup_mode=None)
 router_app = typer.Typer(help="Inspect, train and judge routers.", rich_markup_mode=None)
+mcp_app = typer.Typer(help="The MCP servers a session here gets.", rich_markup_mode=None)
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(router_app, name="router")
+app.add_typer(mcp_app, name="mcp")
 
 
 class OutputFormat(StrEnum):
@@ -152,7 +154,9 @@ def run(
     trust_project: Annotated[
         bool,
         typer.Option(
-            "--trust-project", help="Obey this repository's .fugu/config.toml in full (workers, permissions)."
+            "--trust-project",
+            help="Obey this repository's own files in full: .fugu/config.toml (workers, permissions), "
+            ".mcp.json and hooks.",
         ),
     ] = False,
     debug: Annotated[
@@ -160,6 +164,13 @@ def run(
     ] = False,
     no_repo_map: Annotated[
         bool, typer.Option("--no-repo-map", help="Give the workers no repository map at each turn.")
+    ] = False,
+    mcp_config: Annotated[
+        list[str] | None,
+        typer.Option("--mcp-config", help='MCP servers from a file or JSON string: {"mcpServers": {...}}.'),
+    ] = None,
+    strict_mcp_config: Annotated[
+        bool, typer.Option("--strict-mcp-config", help="Use only the MCP servers of --mcp-config.")
     ] = False,
     version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
 ) -> None:
@@ -187,6 +198,8 @@ def run(
         plan=plan,
         trust_project=trust_project,
         repo_map=False if no_repo_map else None,
+        mcp_config=tuple(mcp_config or ()),
+        strict_mcp_config=strict_mcp_config,
     )
     out = runner.Output(
         task=" ".join(task or []),
@@ -230,6 +243,19 @@ def doctor_cmd(
     from fugu_cli.ui import doctor
 
     raise typer.Exit(doctor.main(pool))
+
+
+@mcp_app.command("list")
+def mcp_list_cmd(
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    trust_project: Annotated[
+        bool, typer.Option("--trust-project", help="Count this repository's .mcp.json and config in full.")
+    ] = False,
+) -> None:
+    """Start each MCP server once and show where it comes from, its status, tools and prompts."""
+    from fugu_cli.ui import mcp_list
+
+    raise typer.Exit(mcp_list.main(Path.cwd(), json_out, trust_project))
 
 
 class Shell(StrEnum):
@@ -575,6 +601,6 @@ def main(argv: list[str] | None = None) -> Any:
     root.command(
         help=(run.__doc__ or "")
         + "\n\nCommands: fugu pool | fugu sessions [show ID] | fugu router info|train|eval | fugu eval SUITE"
-        " | fugu serve | fugu demo | fugu doctor | fugu completion SHELL"
+        " | fugu serve | fugu mcp list | fugu demo | fugu doctor | fugu completion SHELL"
     )(run)
     return root(args=args, prog_name="fugu", obj=notes)

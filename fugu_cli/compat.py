@@ -141,6 +141,8 @@ def tool_rules(allowed: Sequence[str], disallowed: Sequence[str], tools: str | N
 def _parse(rule: str) -> tuple[str, str | None]:
     if ":" in rule and not rule.startswith(tuple(CLAUDE_TOOLS)) and "(" not in rule:
         return rule, None  # fugu's own rule, e.g. shell:git status
+    if re.fullmatch(r"mcp__[\w-]+(__[\w-]+|__\*)?", rule):
+        return rule, None  # an MCP server (mcp__github, mcp__github__*) or one of its tools
     match = _RULE.match(rule)
     if match is None:
         raise UsageError(f"tool rule {rule!r}: write it as Name or Name(pattern), e.g. Bash(git status:*)")
@@ -169,6 +171,8 @@ def _allow(rule: str, allow: list[str], notes: list[str]) -> None:
             allow.append("edit")
     elif name in _READ_TOOLS or name in ("read_file", "glob", "grep", "git_status", "git_diff", "git_log"):
         return  # reads need no permission in fugu
+    elif name.startswith("mcp__") and not arg:
+        allow.append(_mcp(name))  # a server's tools (mcp__github) or one of them (mcp__github__get_issue)
     else:
         notes.append(f"--allowedTools {rule}: fugu has no such tool; ignored")
 
@@ -215,7 +219,15 @@ def _deny(rule: str, deny: list[str], remove: list[str], notes: list[str]) -> No
         "git_log",
     ):
         remove.append(name)
-    # anything else (WebFetch, Task, mcp__*) is a tool fugu does not have: refusing it is already true
+    elif name.startswith("mcp__"):
+        deny.append(_mcp(name))
+        remove.append(_mcp(name))
+    # anything else (WebFetch, Task) is a tool fugu does not have: refusing it is already true
+
+
+def _mcp(name: str) -> str:
+    """`mcp__github__*` and `mcp__github` both mean every tool of the server github."""
+    return name[:-3] if name.endswith("__*") else name
 
 
 def _only(tools: str, notes: list[str]) -> tuple[str, ...]:
@@ -235,7 +247,6 @@ def _only(tools: str, notes: list[str]) -> tuple[str, ...]:
 
 # Claude Code flags fugu cannot honour: a run that asked for them would silently do something else.
 REFUSED: dict[str, str] = {
-    "--mcp-config": "fugu has no MCP client yet, so it cannot start the MCP servers of --mcp-config",
     "--settings": "fugu reads .fugu/config.toml and FUGU_* variables, not Claude Code's --settings",
     "--add-dir": "fugu works in one repository; it cannot open --add-dir directories to its workers",
     "--plugin-dir": "fugu has no plugins",
@@ -265,7 +276,7 @@ IGNORED: dict[str, str] = {
     "--task-budget": "fugu budgets a task in USD (--max-budget-usd), not in tokens",
     "--setting-sources": "fugu reads its own configuration layers",
 }
-# Flags without a value, and Claude flags that need nothing done (fugu has no hooks or MCP servers).
+# Flags without a value, and Claude flags that need nothing done (fugu emits no hook events).
 _NO_VALUE = {
     "--fork-session",
     "--session-mirror",
@@ -273,7 +284,7 @@ _NO_VALUE = {
     "--include-hook-events",
     "--strict-mcp-config",
 }
-_NOTHING_TO_DO = {"--include-hook-events", "--strict-mcp-config"}
+_NOTHING_TO_DO = {"--include-hook-events"}
 
 
 def screen_argv(args: Sequence[str]) -> tuple[list[str], list[str]]:

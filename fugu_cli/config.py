@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from fugu_cli.errors import ConfigError
 from fugu_cli.options import project_config_path
@@ -100,6 +100,69 @@ class ContextSettings(BaseModel):
     output_reserve: int | None = Field(default=None, gt=0)  # tokens kept for the reply
     repo_map: bool = True
     repo_map_tokens: int = Field(default=1024, ge=0)
+    instructions_tokens: int = Field(default=8000, ge=0)  # AGENTS.md / CLAUDE.md files, all levels together
+
+
+class McpServerSettings(BaseModel):
+    """`[mcp_servers.NAME]`: an MCP server, started as a command (stdio) or reached at a URL (HTTP)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)  # the server's whole environment beyond the minimal one
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    type: Literal["stdio", "http", "streamable-http", "sse"] | None = None
+    enabled: bool = True
+    network: bool = True  # a stdio server's sandbox may reach the network (most servers exist to)
+    writable: list[str] = Field(default_factory=list)  # extra writable paths for a stdio server (~/.npm)
+    startup_timeout_s: float = Field(default=30.0, gt=0)
+    tool_timeout_s: float = Field(default=300.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerSettings:
+        if self.enabled and (self.command is None) == (self.url is None):
+            raise ValueError(
+                "give either command (a stdio server) or url (an HTTP server), not both or neither"
+            )
+        return self
+
+
+class HookCommandSettings(BaseModel):
+    """One command of a Claude-style matcher group: `{type = "command", command = "...", timeout = 10}`."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["command"] = "command"
+    command: str = Field(min_length=1)
+    timeout: float | None = Field(default=None, gt=0)
+
+
+class HookSettings(BaseModel):
+    """One `[[hooks.EVENT]]` entry: a matcher and a command (fugu's flat form) or a list of commands (Claude's
+    nested form)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    matcher: str = ""
+    command: str | None = None
+    timeout: float | None = Field(default=None, gt=0)
+    hooks: list[HookCommandSettings] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _has_command(self) -> HookSettings:
+        if self.command is None and not self.hooks:
+            raise ValueError('give a command (or Claude\'s hooks = [{type = "command", command = ...}])')
+        return self
+
+    def commands(self) -> list[HookCommandSettings]:
+        own = [HookCommandSettings(command=self.command, timeout=self.timeout)] if self.command else []
+        return own + list(self.hooks)
+
+
+HOOK_EVENTS = ("PreToolUse", "PostToolUse", "UserPromptSubmit", "Stop", "SessionStart")
+HookEventName = Literal["PreToolUse", "PostToolUse", "UserPromptSubmit", "Stop", "SessionStart"]
 
 
 class ExecutorSettings(BaseModel):
@@ -135,13 +198,21 @@ class Config(BaseModel):
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     tools: ToolSettings = Field(default_factory=ToolSettings)
     context: ContextSettings = Field(default_factory=ContextSettings)
+    mcp_servers: dict[str, McpServerSettings] = Field(default_factory=dict)
+    hooks: dict[HookEventName, list[HookSettings]] = Field(default_factory=dict)
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
     # what an untrusted project config asked for and did not get ("workers", "permission_mode=full-auto")
     _ignored: tuple[str, ...] = PrivateAttr(default=())
+    _trusted: bool = PrivateAttr(default=False)
 
     @property
     def ignored(self) -> tuple[str, ...]:
         return self._ignored
+
+    @property
+    def project_trusted(self) -> bool:
+        """Whether the repository's own files may add MCP servers and hooks (its folder is trusted)."""
+        return self._trusted
 
 
 ENV_KEYS: dict[str, str] = {
@@ -260,11 +331,21 @@ def untrusted_settings(layer: dict[str, Any]) -> tuple[dict[str, Any], list[str]
     return kept, ignored
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def _merge(base: dict[str, Any], over: dict[str, Any], *, top: bool = True) -> dict[str, Any]:
+    """`over` on top of `base`, table by table; every layer's hooks run (their lists are joined)."""
     out = dict(base)
     for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+        if top and key == "hooks" and isinstance(value, dict) and isinstance(out.get(key), dict):
+            joined = dict(out[key])
+            for event, entries in value.items():
+                before = joined.get(event)
+                if isinstance(before, list) and isinstance(entries, list):
+                    joined[event] = [*before, *entries]
+                else:
+                    joined[event] = entries
+            out[key] = joined
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value, top=False)
         else:
             out[key] = value
     return out
@@ -287,9 +368,10 @@ def load_config(cwd: Path, overrides: dict[str, Any] | None = None, *, trust_pro
         layers.append((str(user), _normalise(read_toml(user))))
     project = project_config_path(cwd)
     ignored: list[str] = []
+    trusted = trust_project or is_trusted(project.parent.parent)
     if project.is_file():
         layer = _normalise(read_toml(project))
-        if not (trust_project or is_trusted(project.parent.parent)):
+        if not trusted:
             layer, ignored = untrusted_settings(layer)
         layers.append((str(project), layer))
     env = {key: os.environ[var] for var, key in ENV_KEYS.items() if os.environ.get(var)}
@@ -306,6 +388,7 @@ def load_config(cwd: Path, overrides: dict[str, Any] | None = None, *, trust_pro
             raise ConfigError(f"invalid setting in {source}: {explain(e)}") from e
     config = Config.model_validate(merged)
     config._ignored = tuple(ignored)
+    config._trusted = trusted
     return config
 
 

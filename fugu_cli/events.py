@@ -36,6 +36,8 @@ class SessionStarted(Event):
     router: str
     model: str = "auto"  # the forced worker's litellm id, or "auto": the router picks per step
     api_key_source: str = "none"  # the variables the workers' keys come from
+    mcp_servers: tuple[tuple[str, str], ...] = ()  # (name, connected|pending|failed)
+    slash_commands: tuple[str, ...] = ()  # custom commands and MCP prompts, without the slash
 
     def to_stream_json(self) -> dict[str, Any]:
         return _system(
@@ -43,10 +45,10 @@ class SessionStarted(Event):
             "init",
             cwd=self.cwd,
             tools=list(self.tools),
-            mcp_servers=[],
+            mcp_servers=[{"name": name, "status": status} for name, status in self.mcp_servers],
             model=self.model,
             permissionMode=CLAUDE_MODE_NAMES.get(self.permission_mode, self.permission_mode),
-            slash_commands=[],
+            slash_commands=list(self.slash_commands),
             apiKeySource=self.api_key_source,
             output_style="default",
             agents=[],

@@ -8,12 +8,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fugu_cli.store import CompactionRecord, CompactionRow, StepRecord, StepRow, Store, ToolCallRow
+from fugu_cli.store import (
+    CompactionRecord,
+    CompactionRow,
+    HookRunRecord,
+    StepRecord,
+    StepRow,
+    Store,
+    ToolCallRow,
+)
 from fugu_cli.types import Message, RouteDecision, ToolCall, ToolResult
 
 __all__ = [
     "CompactionRecord",
     "CompactionRow",
+    "HookRunRecord",
     "Ledger",
     "StepRecord",
     "StepRow",
@@ -48,6 +57,9 @@ class Ledger:
     def compactions(self) -> list[CompactionRow]:
         return self.store.compactions(self.session_id, self.scope)
 
+    def hook_runs(self) -> list[HookRunRecord]:
+        return self.store.hook_runs(self.session_id, self.scope)
+
     def sibling(self, scope: str) -> Ledger:
         """The ledger of another transcript of the same session."""
         return Ledger(self.store, self.session_id, scope)
@@ -76,6 +88,9 @@ class TurnLedger:
 
     def message(self, message: Message) -> None:
         self._store.append_message(self._sid, self._scope, self.turn, message)
+
+    def hook_run(self, record: HookRunRecord) -> None:
+        self._store.add_hook_run(self._sid, self._scope, self.turn, record)
 
     def compacted(self, record: CompactionRecord) -> int:
         """Record that the transcript is now `record.head` plus its last `record.kept` stored messages."""

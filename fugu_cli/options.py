@@ -69,6 +69,8 @@ class RunOptions:
     hidden_tools: tuple[str, ...] = ()  # tools the workers do not see
     only_tools: tuple[str, ...] | None = None  # the workers see these tools and no others
     repo_map: bool | None = None  # --no-repo-map: False
+    mcp_config: tuple[str, ...] = ()  # --mcp-config: files or JSON strings of {"mcpServers": {...}}
+    strict_mcp_config: bool = False  # --strict-mcp-config: only those servers
 
     def overrides(self) -> dict[str, Any]:
         """The configuration layer these options make (the top one: flags beat every file)."""

@@ -44,6 +44,7 @@ _KEY_FORMATS = re.compile(
 REDACTED = "[REDACTED]"
 
 _registered: set[str] = set()
+_values: dict[str, str] = {}  # secrets that live in config files, not the environment: value -> label
 _lock = threading.Lock()
 
 
@@ -51,6 +52,12 @@ def register_secret_env(names: Iterable[str | None]) -> None:
     """Treat these environment variables as secrets from now on (the pool's `api_key_env` names)."""
     with _lock:
         _registered.update(n for n in names if n)
+
+
+def register_secret_values(values: Mapping[str, str]) -> None:
+    """Treat these values as secrets from now on, shown as their labels (an MCP server's token in config)."""
+    with _lock:
+        _values.update({v: label for v, label in values.items() if len(v) >= MIN_SECRET_LEN})
 
 
 def registered_secret_env() -> frozenset[str]:
@@ -67,7 +74,8 @@ def secret_values(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """{value: label} of every secret in the environment: secret-named values and passwords inside URLs."""
     env = os.environ if environ is None else environ
     registered = registered_secret_env()
-    found: dict[str, str] = {}
+    with _lock:
+        found: dict[str, str] = dict(_values)
     for name, value in env.items():
         if (name in registered or _SECRET_NAME.search(name)) and len(value) >= MIN_SECRET_LEN:
             found.setdefault(value, f"[{name}]")

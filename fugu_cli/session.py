@@ -1,6 +1,7 @@
 """A fugu-mode session: one conversation in one repository, routed step by step, persisted after every step.
 
-Owns the transcript, the turn counter, per-turn git checkpoints (for /undo) and the router-backed picker.
+Owns the transcript, the turn counter, per-turn git checkpoints (for /undo), the router-backed picker, the
+session-level hooks (SessionStart, UserPromptSubmit, Stop) and the lifetime of its MCP servers (`close`).
 Never prints: it emits Events.
 """
 
@@ -10,7 +11,8 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -18,6 +20,7 @@ from typing import Protocol
 from fugu_cli.agent import Agent, AgentDeps, Limits, TurnIO
 from fugu_cli.context.budget import usage_lines
 from fugu_cli.context.guard import ContextGuard
+from fugu_cli.context.instructions import Instructions
 from fugu_cli.errors import UsageError
 from fugu_cli.events import (
     AssistantMessage,
@@ -31,11 +34,22 @@ from fugu_cli.events import (
     WorkflowAgentEvent,
     ignore,
 )
+from fugu_cli.hooks import Hooks, HookStop, Site
 from fugu_cli.ledger import Ledger
 from fugu_cli.llm.tokens import Window
+from fugu_cli.mcp import McpManager
 from fugu_cli.router import Router
 from fugu_cli.store import Store
-from fugu_cli.types import FallBack, Message, PermissionMode, RouteDecision, RouteState, TurnResult, Worker
+from fugu_cli.types import (
+    FallBack,
+    Message,
+    PermissionMode,
+    RouteDecision,
+    RouteState,
+    TurnResult,
+    Usage,
+    Worker,
+)
 
 log = logging.getLogger("fugu")
 
@@ -53,6 +67,8 @@ class SessionConfig:
     notices: tuple[str, ...] = ()  # said once, at the first turn (e.g. what an untrusted config could not do)
     hints: tuple[str, ...] = ()  # likewise, but advice rather than a warning
     keep_checkpoint_sessions: int = 20  # /undo checkpoint refs of older sessions are pruned
+    trusted: bool = False  # the repository's folder is trusted (its commands' allowed-tools count)
+    slash_commands: tuple[str, ...] = ()  # the custom commands found at start (for system/init)
 
 
 class UltraMode(Protocol):
@@ -81,6 +97,9 @@ class SessionDeps:
     fallback: Router
     ultra: UltraMode | None = None
     repo_map: Callable[[Sequence[Message]], str] | None = None  # the map given at the start of each turn
+    hooks: Hooks | None = None  # SessionStart, UserPromptSubmit and Stop (tool hooks run in the agent)
+    mcp: McpManager | None = None  # the session's MCP servers, stopped by `close`
+    instructions: Instructions | None = None  # the AGENTS.md / CLAUDE.md files loaded (for /memory)
 
 
 class Session:
@@ -93,6 +112,8 @@ class Session:
         self.checkpoints: dict[int, str] = deps.store.checkpoints(self.id)
         self._lock = threading.Lock()
         self._pruned = False
+        self._resumed = bool(self.messages)
+        self._session_hooks_ran = False
         if not self.messages and config.system_prompt:
             self._append(Message(role="system", content=config.system_prompt))
         self._seen = self.ledger.message_count()  # stored messages this session object has caught up with
@@ -151,25 +172,42 @@ class Session:
             for hint in self.config.hints:
                 emit(Notice(session_id=self.id, level="hint", text=hint))
             self.config.notices = self.config.hints = ()
+            self._say_mcp(emit)
             store = self.deps.store
+            try:
+                prompt = self._prompt_hooks(text, turn, emit)
+            except _Refused as refused:  # the prompt is not kept: a hook may refuse it for what it holds
+                result = _refusal(self.id, refused.reason, clock.wall_ms())
+                store.begin_turn(self.id, turn, "[refused by a hook]")
+                store.finish_turn(self.id, turn, result.status, result.result, 0.0)
+                emit(TurnFinished(session_id=self.id, result=result))
+                return result
             store.begin_turn(self.id, turn, text)
             store.touch_session(self.id, title=text.strip().splitlines()[0][:80] if text else None)
-            self._append(Message(role="user", content=text))
+            self._append(Message(role="user", content=prompt))
             checkpoint = self._checkpointer(turn, emit)
             deps = dataclasses.replace(
                 self.deps.agent,
                 tool_ctx=dataclasses.replace(self.deps.agent.tool_ctx, before_edit=checkpoint),
             )
 
+            on_stop = self._stop_hooks(turn, emit)
+
             def fugu_turn() -> TurnResult:
                 brief = self.repo_map_text()
                 return Agent(deps).run(
-                    self.messages, turn, self._picker(emit), self.config.limits, io, brief=brief
+                    self.messages,
+                    turn,
+                    self._picker(emit),
+                    self.config.limits,
+                    io,
+                    brief=brief,
+                    on_stop=on_stop,
                 )
 
             if self.ultra and self.deps.ultra is not None:
                 outcome = self.deps.ultra.run_turn(
-                    text, turn, io, before_apply=checkpoint, record=self._append
+                    prompt, turn, io, before_apply=checkpoint, record=self._append
                 )
                 if isinstance(outcome, FallBack):
                     emit(Notice(session_id=self.id, level="warning", text=outcome.reason))
@@ -183,6 +221,79 @@ class Session:
             emit(TurnFinished(session_id=self.id, result=result))
             return result
 
+    # --- extensions: hooks around the turn, MCP servers' lifetime, per-turn settings -----------------------
+
+    def _prompt_hooks(self, text: str, turn: int, emit: Emit) -> str:
+        """Run SessionStart (once per session object) and UserPromptSubmit hooks; the prompt the model reads
+        (with any context they add). Raises _Refused when a hook refuses the prompt or stops the turn."""
+        hooks = self.deps.hooks
+        if not hooks:
+            return text
+        site = Site(self.ledger.turn(turn), 0, "user")
+        mode = self.config.permission_mode
+        say = _sayer(self.id, emit)
+        try:
+            if not self._session_hooks_ran:
+                self._session_hooks_ran = True
+                source = "resume" if self._resumed else "startup"
+                context = hooks.session_start(source, site, mode, say)
+                if context:
+                    self._append(Message(role="system", content=_tagged("SessionStart-hook", context)))
+            verdict = hooks.user_prompt(text, site, mode, say)
+        except HookStop as e:
+            raise _Refused(f"a hook stopped the turn: {e}") from None
+        if verdict.blocked is not None:
+            emit(
+                Notice(
+                    session_id=self.id, level="warning", text=f"prompt blocked by a hook: {verdict.blocked}"
+                )
+            )
+            raise _Refused(f"the prompt was blocked by a UserPromptSubmit hook: {verdict.blocked}")
+        if verdict.context:
+            return f"{text}\n\n{_tagged('user-prompt-submit-hook', verdict.context)}"
+        return text
+
+    def _stop_hooks(self, turn: int, emit: Emit) -> Callable[[str, bool], str | None] | None:
+        hooks = self.deps.hooks
+        if not hooks or not hooks.for_event("Stop"):
+            return None
+
+        def on_stop(answer: str, active: bool) -> str | None:
+            site = Site(self.ledger.turn(turn), 0, "user")
+            return hooks.stop(answer, active, site, self.config.permission_mode, _sayer(self.id, emit))
+
+        return on_stop
+
+    def _say_mcp(self, emit: Emit) -> None:
+        if self.deps.mcp is not None:
+            for notice in self.deps.mcp.take_notices():
+                emit(Notice(session_id=self.id, level="warning", text=notice))
+
+    @contextmanager
+    def turn_settings(self, worker: str | None = None, allow: Sequence[str] = ()) -> Iterator[None]:
+        """For the turns run inside: force `worker` and allow `allow` too (a custom command's front matter);
+        afterwards the session's own settings are back ("always" answers given meanwhile stay)."""
+        policy = self.deps.agent.tool_ctx.policy
+        before = self.config.forced_worker
+        added = [rule for rule in allow if rule not in policy.allow]
+        if worker:
+            self.set_worker(worker)
+        policy.allow.extend(added)
+        try:
+            yield
+        finally:
+            # only what this put in place: a /model or set_model meanwhile (another thread) stands
+            if worker and self.config.forced_worker == worker:
+                self.config.forced_worker = before
+            for rule in added:
+                if rule in policy.allow:
+                    policy.allow.remove(rule)
+
+    def close(self) -> None:
+        """End the session's processes: its MCP servers stop. The session's record stays in the store."""
+        if self.deps.mcp is not None:
+            self.deps.mcp.close()
+
     def _started(self) -> SessionStarted:
         forced = self.workers.get(self.config.forced_worker or "")
         keys = sorted({w.api_key_env for w in self.deps.pool if w.api_key_env})
@@ -195,7 +306,31 @@ class Session:
             router=self.config.router_name,
             model=forced.model if forced else "auto",
             api_key_source=",".join(keys) or "none",
+            mcp_servers=self.mcp_servers(),
+            slash_commands=(*self.config.slash_commands, *self.mcp_prompts()),
         )
+
+    def mcp_servers(self) -> tuple[tuple[str, str], ...]:
+        """(name, status) of each MCP server, in Claude Code's words: connected, pending, failed (and
+        stopped, once the session is closed)."""
+        if self.deps.mcp is None:
+            return ()
+        words = {
+            "running": "connected",
+            "not started": "pending",
+            "starting": "pending",
+            "stopped": "stopped",
+        }
+        return tuple((s.name, words.get(s.state, "failed")) for s in self.deps.mcp.status())
+
+    def mcp_prompts(self) -> tuple[str, ...]:
+        """`mcp__server__prompt` for each prompt the servers are known to offer (no server is started)."""
+        if self.deps.mcp is None:
+            return ()
+        from fugu_cli.mcp import qualified
+
+        catalogs = self.deps.mcp.catalogs(start=False)
+        return tuple(qualified(server, p.name) for server, c in catalogs.items() for p in c.prompts)
 
     def repo_map_text(self) -> str:
         """The repo map for the transcript as it stands ('' when the map is off or finds nothing)."""
@@ -323,6 +458,37 @@ class Session:
                 if restored:
                     return restored
         raise UsageError("nothing to undo: no turn of this session has changed files")
+
+
+class _Refused(Exception):
+    """A hook refused the turn's prompt (or stopped the turn) before any worker saw it."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _refusal(sid: str, reason: str, wall_ms: float) -> TurnResult:
+    return TurnResult(
+        status="error_during_execution",
+        result=reason,
+        session_id=sid,
+        num_turns=0,
+        usage=Usage(),
+        error=reason,
+        duration_ms=wall_ms,
+    )
+
+
+def _sayer(sid: str, emit: Emit) -> Callable[[str], None]:
+    def say(text: str) -> None:
+        emit(Notice(session_id=sid, level="warning", text=text))
+
+    return say
+
+
+def _tagged(tag: str, text: str) -> str:
+    return f"<{tag}>\n{text}\n</{tag}>"
 
 
 class _TurnClock:

@@ -80,6 +80,17 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX compactions_session ON compactions (session_id, scope);
     """,
+    # hooks (issue 14): every run of a user's hook command, with what it decided
+    """
+    CREATE TABLE hook_runs (
+        session_id TEXT NOT NULL, scope TEXT NOT NULL, turn INTEGER NOT NULL, step INTEGER NOT NULL,
+        agent TEXT NOT NULL, event TEXT NOT NULL, matcher TEXT NOT NULL, command TEXT NOT NULL,
+        tool TEXT NOT NULL DEFAULT '', call_id TEXT NOT NULL DEFAULT '', exit_code INTEGER,
+        timed_out INTEGER NOT NULL, outcome TEXT NOT NULL, stdout TEXT NOT NULL, stderr TEXT NOT NULL,
+        duration_ms REAL NOT NULL, created_at REAL NOT NULL
+    );
+    CREATE INDEX hook_runs_session ON hook_runs (session_id, turn);
+    """,
 )
 
 
@@ -173,6 +184,27 @@ class CompactionRow:
 
 
 @dataclass(frozen=True)
+class HookRunRecord:
+    """One run of a hook command: where it ran, how it ended and what fugu made of it (`outcome`: ok,
+    blocked, denied, allowed, asked, modified, context, error, timeout)."""
+
+    event: str
+    matcher: str
+    command: str
+    exit_code: int | None
+    timed_out: bool
+    outcome: str
+    stdout: str
+    stderr: str
+    duration_ms: float
+    agent: str = ""
+    tool: str = ""
+    call_id: str = ""
+    step: int = 0
+    turn: int = 0
+
+
+@dataclass(frozen=True)
 class FactRow:
     workflow: int
     kind: str
@@ -203,6 +235,7 @@ SESSION_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "turns": ("session_id", ("task", "result")),
     "memory_facts": ("session_id", ("key", "value")),
     "compactions": ("session_id", ("head_json", "focus")),
+    "hook_runs": ("session_id", ("command", "stdout", "stderr")),
     "outcomes": ("session_id", ("task",)),
 }
 
@@ -218,8 +251,9 @@ class TableRows:
 
 @dataclass(frozen=True)
 class SessionExport:
-    """Every row of one session (its ledger, transcript, memory, compactions and outcomes), as another store
-    can import it: what a cluster node running an eval job ships back to the store of the user who ran it."""
+    """Every row of one session (its ledger, transcript, memory, compactions, hook runs and outcomes), as
+    another store can import it: what a cluster node running an eval job ships back to the store of the user
+    who ran it."""
 
     session_id: str
     schema: int  # the exporting store's schema version
@@ -227,6 +261,9 @@ class SessionExport:
 
     def rows(self, table: str) -> tuple[tuple[Any, ...], ...]:
         return next((t.rows for t in self.tables if t.table == table), ())
+
+
+_HOOK_CAP = 8000  # characters of a hook's stdout or stderr kept in the ledger
 
 
 def _redact_opt(text: str | None) -> str | None:
@@ -630,6 +667,33 @@ class Store:
             "SELECT scope FROM steps WHERE session_id=? GROUP BY scope ORDER BY MIN(rowid)", (sid,)
         )
         return [r["scope"] for r in rows]
+
+    # hooks
+
+    def add_hook_run(self, sid: str, scope: str, turn: int, r: HookRunRecord) -> None:
+        self._execute(
+            "INSERT INTO hook_runs (session_id, scope, turn, step, agent, event, matcher, command, tool,"
+            " call_id, exit_code, timed_out, outcome, stdout, stderr, duration_ms, created_at)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                *(sid, scope, turn, r.step, r.agent, r.event, r.matcher, redact(r.command), r.tool),
+                *(r.call_id, r.exit_code, int(r.timed_out), r.outcome, redact(r.stdout[:_HOOK_CAP])),
+                *(redact(r.stderr[:_HOOK_CAP]), r.duration_ms, time.time()),
+            ),
+        )
+
+    def hook_runs(self, sid: str, scope: str | None = None) -> list[HookRunRecord]:
+        sql, args = "SELECT * FROM hook_runs WHERE session_id=?", [sid]
+        if scope is not None:
+            sql, args = sql + " AND scope=?", [sid, scope]
+        return [
+            HookRunRecord(
+                *(r["event"], r["matcher"], r["command"], r["exit_code"], bool(r["timed_out"]), r["outcome"]),
+                *(r["stdout"], r["stderr"], r["duration_ms"], r["agent"], r["tool"], r["call_id"], r["step"]),
+                turn=r["turn"],
+            )
+            for r in self.query(sql + " ORDER BY rowid", args)
+        ]
 
     # memory across ultra-mode workflows
 

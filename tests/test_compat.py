@@ -37,8 +37,9 @@ def test_a_path_scoped_edit_grant_is_not_widened() -> None:
 
 
 def test_disallowed_tools_are_hidden_or_refused() -> None:
-    rules = tool_rules([], ["Bash(rm:*)", "Write", "Grep", "mcp__github__create_issue"])
-    assert rules.deny == ("shell:rm",) and rules.remove == ("write_file", "grep")
+    rules = tool_rules([], ["Bash(rm:*)", "Write", "Grep", "mcp__github__create_issue", "mcp__jira__*"])
+    assert rules.deny == ("shell:rm", "mcp__github__create_issue", "mcp__jira")
+    assert rules.remove == ("write_file", "grep", "mcp__github__create_issue", "mcp__jira")
     policy = PermissionPolicy(mode="full-auto", deny=list(rules.deny))
     assert [policy.check("exec", p) for p in command_prefixes("rm -rf build; ls")] == ["deny", "allow"]
     whole = tool_rules([], ["Bash", "Edit"])
@@ -59,8 +60,10 @@ def test_the_tools_flag_names_the_only_tools() -> None:
 
 
 def test_flags_fugu_cannot_honour_are_refused_and_tuning_flags_ignored_once() -> None:
-    with pytest.raises(UsageError, match="--mcp-config: fugu has no MCP client"):
-        screen_argv(["--output-format", "stream-json", "--mcp-config", '{"mcpServers": {}}'])
+    with pytest.raises(UsageError, match="--add-dir: fugu works in one repository"):
+        screen_argv(["--output-format", "stream-json", "--add-dir", "/tmp"])
+    servers = ["--mcp-config", '{"mcpServers": {}}', "--strict-mcp-config"]
+    assert screen_argv(servers) == (servers, [])  # fugu's own MCP client takes them
     with pytest.raises(UsageError, match="--permission-mode auto: fugu has no model that judges"):
         screen_argv(["-p", "x", "--permission-mode", "auto"])
     assert screen_argv(["--permission-mode", "acceptEdits"]) == (["--permission-mode", "acceptEdits"], [])

@@ -10,7 +10,16 @@ import pytest
 
 from fugu_cli.errors import ConfigError
 from fugu_cli.ledger import Ledger
-from fugu_cli.store import SESSION_TABLES, CompactionRecord, FactRow, OutcomeRow, StepRecord, Store, TableRows
+from fugu_cli.store import (
+    SESSION_TABLES,
+    CompactionRecord,
+    FactRow,
+    HookRunRecord,
+    OutcomeRow,
+    StepRecord,
+    Store,
+    TableRows,
+)
 from fugu_cli.types import Message, RouteDecision, ToolCall, ToolResult, Usage
 
 SECRET = "tok-4c0ffee-9a8b7c6d5e"
@@ -33,6 +42,10 @@ def fill(store: Store, sid: str, text: str) -> None:
     head = (Message("user", f"summary {text}"),)
     store.add_compaction(sid, "main", 1, CompactionRecord(head, 1, 100, 10, "user", "alpha", "alpha", text))
     store.add_outcome(OutcomeRow(f"task {text}", "alpha", 1.0, 0.5, "eval:mini", sid))
+    hook = HookRunRecord(
+        "PreToolUse", "shell", f"check {text}", 0, False, "ok", f"out {text}", f"err {text}", 3.0
+    )
+    store.add_hook_run(sid, "main", 1, hook)
 
 
 def rows(store: Store, sid: str) -> dict[str, list[tuple[object, ...]]]:
@@ -60,6 +73,17 @@ def test_an_imported_session_equals_the_exported_one_and_arrives_once(tmp_path: 
     assert rows(home, "mine")["outcomes"] and home.get_session("s1") is not None
     with pytest.raises(KeyError):
         node.export_session("nope")
+
+
+def test_every_table_keyed_by_session_is_shipped(tmp_path: Path) -> None:
+    """A migration that adds a table with a session column must add it to SESSION_TABLES too, or rows of
+    eval jobs run on a cluster would stay on the nodes."""
+    store = Store(tmp_path / "fugu.db")
+    tables = [r["name"] for r in store.query("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    keyed = {
+        t for t in tables if {"session_id"} & {c["name"] for c in store.query(f"PRAGMA table_info({t})")}
+    }
+    assert keyed | {"sessions"} == set(SESSION_TABLES)
 
 
 def test_import_redacts_with_the_secrets_this_process_knows(

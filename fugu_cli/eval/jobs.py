@@ -93,6 +93,7 @@ def run_job(ctx: JobContext, job: Job, cancel: threading.Event | None = None) ->
             result = session.run_turn(job.task.prompt, cancel=cancel)
         finally:
             timer.cancel()
+            session.close()  # its MCP servers, if the configuration gives it any
         status, cost, error = result.status, result.usage.cost_usd, result.error
         if timed_out.is_set():
             error = f"the turn ran past the suite's turn_timeout_s ({ctx.suite.turn_timeout_s:g} s)"

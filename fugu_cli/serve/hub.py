@@ -118,3 +118,6 @@ class Hub:
             self.stopping = True
             for cancel in self._running:
                 cancel.set()
+            agents = self._agents
+        if agents is not None:
+            agents.close()  # the live sessions' MCP servers stop with the server

@@ -159,9 +159,20 @@ class AgentSessions:
             if existing is not None:  # two requests resumed it at once: one object for both
                 return existing
             self._live[slot.session.id] = slot
+            evicted = []
             while len(self._live) > self.max_live:  # evicted sessions are still resumable by id
-                self._live.popitem(last=False)
+                evicted.append(self._live.popitem(last=False)[1])
+        for old in evicted:
+            with old.lock:  # after its running turn, if any: its MCP servers stop with it
+                old.session.close()
         return slot
+
+    def close(self) -> None:
+        """Stop the live sessions' MCP servers (the server is shutting down)."""
+        with self._table:
+            slots = list(self._live.values())
+        for slot in slots:
+            slot.session.close()
 
     def _shape(self, result: TurnResult, req: ChatRequest) -> str:
         """The answer with the request's `response_format` and `stop` applied."""

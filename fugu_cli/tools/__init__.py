@@ -97,14 +97,26 @@ class PermissionPolicy:
             return "allow"
         return "ask"
 
+    def denies(self, prefix: str) -> bool:
+        """Whether a deny rule covers `prefix`."""
+        return any(_matches(rule, prefix) for rule in self.deny)
+
     def remember(self, prefix: str) -> None:
         if prefix not in self.allow:
             self.allow.append(prefix)
 
 
 def _matches(rule: str, prefix: str) -> bool:
-    """`shell` matches every command; `shell:git` matches `shell:git status` but not `shell:gitk`."""
-    return prefix == rule or prefix.startswith(rule + " ") or prefix.startswith(rule + ":")
+    """`shell` matches every command; `shell:git` matches `shell:git status` but not `shell:gitk`;
+    `mcp__github` (or `mcp__github__*`) matches every tool of the MCP server github, `mcp` every MCP tool."""
+    if rule.endswith("__*"):
+        rule = rule[:-3]
+    return (
+        prefix == rule
+        or prefix.startswith(rule + " ")
+        or prefix.startswith(rule + ":")
+        or prefix.startswith(rule + "__")
+    )
 
 
 @dataclass
@@ -123,6 +135,7 @@ class ToolContext:
     sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)
     cancel: threading.Event | None = None  # set when the turn is cancelled: a running command is killed
     output_dir: Path | None = None  # full outputs of cut results; default FUGU_HOME/tool-output
+    notify: Callable[[str], None] | None = None  # tell the user something now (the agent emits a Notice)
 
 
 def configure_tools(

@@ -1,7 +1,9 @@
 """The tool registry: JSON schemas from typed functions + docstrings, argument checks, and `run`.
 
-`ToolRegistry.run` never raises on a model's mistake or a tool's failure: everything becomes a ToolResult
-the model can read and act on, redacted and bounded.
+Besides fugu's own tools a registry may hold sources of tools known only at run time (an MCP server's, with
+the server's own JSON schema); they are asked for their tools each time the registry is read, so a server
+that starts late or dies is seen at the next step. `ToolRegistry.run` never raises on a model's mistake or
+a tool's failure: everything becomes a ToolResult the model can read and act on, redacted and bounded.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ import re
 import time
 import types
 import typing
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from fugu_cli.errors import FuguError
 from fugu_cli.redact import redact
@@ -45,6 +47,7 @@ class Tool:
     func: ToolFunction
     description: str
     params: tuple[Param, ...]
+    input_schema: Mapping[str, Any] | None = None  # given as is (an MCP tool's); else built from `params`
 
     @classmethod
     def from_function(cls, func: ToolFunction, kind: ToolKind, name: str | None = None) -> Tool:
@@ -61,6 +64,9 @@ class Tool:
         return cls(name or func.__name__, kind, func, description, tuple(params))
 
     def schema(self) -> dict[str, Any]:
+        if self.input_schema is not None:
+            function = {"name": self.name, "description": self.description, "parameters": self.input_schema}
+            return {"type": "function", "function": function}
         properties = {
             p.name: {
                 "type": _JSON_TYPES[p.py_type],
@@ -83,11 +89,40 @@ class Tool:
         }
 
 
-class ToolRegistry:
-    """The tools one agent may call, in a fixed order."""
+class ToolSource(Protocol):
+    """Tools known only at run time (an MCP server's); asked each time the registry is read."""
 
-    def __init__(self, tools: Iterable[Tool]) -> None:
+    def tools(self) -> Sequence[Tool]: ...
+
+
+DYNAMIC_PREFIX = "mcp__"  # names a source may add; a static name always wins
+
+
+class ToolRegistry:
+    """The tools one agent may call, in a fixed order: fugu's own, then those of its sources."""
+
+    def __init__(
+        self,
+        tools: Iterable[Tool],
+        sources: Sequence[ToolSource] = (),
+        keep: Callable[[str], bool] | None = None,
+    ) -> None:
         self._tools = {t.name: t for t in tools}
+        self._sources = tuple(sources)
+        self._keep = keep
+
+    def with_source(self, source: ToolSource) -> ToolRegistry:
+        return ToolRegistry(self._tools.values(), (*self._sources, source), self._keep)
+
+    def _all(self) -> dict[str, Tool]:
+        if not self._sources:
+            return self._tools
+        out = dict(self._tools)
+        for source in self._sources:
+            for tool in source.tools():
+                if tool.name not in out and (self._keep is None or self._keep(tool.name)):
+                    out[tool.name] = tool
+        return out
 
     @classmethod
     def default(cls) -> ToolRegistry:
@@ -108,30 +143,41 @@ class ToolRegistry:
         return cls(Tool.from_function(func, kind) for func, kind in specs)
 
     def subset(self, names: Sequence[str]) -> ToolRegistry:
-        """A registry with only `names` (e.g. the read tools for a planning agent)."""
-        unknown = [n for n in names if n not in self._tools]
+        """A registry with only `names` (e.g. the read tools for a planning agent). A source's tool
+        (`mcp__...`) is kept when named; it is not checked, as its server may not have started yet."""
+        unknown = [n for n in names if n not in self._tools and not n.startswith(DYNAMIC_PREFIX)]
         if unknown:
             raise ValueError(f"unknown tools {unknown}; known: {', '.join(self._tools)}")
-        return ToolRegistry(self._tools[n] for n in names)
+        wanted = set(names)
+        before = self._keep
+        keep = (lambda n: n in wanted) if before is None else (lambda n: n in wanted and before(n))
+        return ToolRegistry((self._tools[n] for n in names if n in self._tools), self._sources, keep)
+
+    def filtered(self, keep: Callable[[str], bool]) -> ToolRegistry:
+        """The tools whose names `keep` accepts (sources' tools are filtered as they appear)."""
+        before = self._keep
+        both = keep if before is None else (lambda n: before(n) and keep(n))
+        return ToolRegistry((t for n, t in self._tools.items() if keep(n)), self._sources, both)
 
     def names(self) -> list[str]:
-        return list(self._tools)
+        return list(self._all())
 
     def kind(self, name: str) -> ToolKind:
-        return self._tools[name].kind
+        return self._all()[name].kind
 
     def get(self, name: str) -> Tool:
-        return self._tools[name]
+        return self._all()[name]
 
     def schemas(self) -> list[dict[str, Any]]:
-        return [t.schema() for t in self._tools.values()]
+        return [t.schema() for t in self._all().values()]
 
     def run(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
         """Run one tool call. Never raises (except KeyboardInterrupt): failures become error results."""
         start = time.perf_counter()
-        tool = self._tools.get(call.name)
+        tools = self._all()
+        tool = tools.get(call.name)
         if tool is None:
-            known = ", ".join(self._tools)
+            known = ", ".join(tools)
             return _error(call, start, f"Unknown tool {call.name!r}. Available tools: {known}.")
         inv = Invocation(ctx=ctx, tool=tool.name, kind=tool.kind)
         try:
@@ -181,6 +227,8 @@ class _BadArguments(FuguError):
 
 
 def _check_arguments(tool: Tool, raw: str) -> dict[str, Any]:
+    if tool.input_schema is not None:
+        return _check_object(tool, raw, tool.input_schema)
     usage = f"{tool.name}({', '.join(p.name + ('' if p.required else '?') for p in tool.params)})"
     try:
         args = json.loads(raw) if raw.strip() else {}
@@ -200,6 +248,22 @@ def _check_arguments(tool: Tool, raw: str) -> dict[str, Any]:
             f"{tool.name} is missing required argument(s) {', '.join(missing)}. Expected {usage}."
         )
     return {name: _coerce(params[name], value) for name, value in args.items() if value is not None}
+
+
+def _check_object(tool: Tool, raw: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+    """Arguments for a tool with its own JSON schema: an object holding every required property (the tool
+    itself checks the rest)."""
+    try:
+        args = json.loads(raw) if raw.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise _BadArguments(f"arguments for {tool.name} are not valid JSON ({exc}).") from exc
+    if not isinstance(args, dict):
+        raise _BadArguments(f"arguments for {tool.name} must be a JSON object.")
+    required = schema.get("required")
+    missing = [n for n in required if n not in args] if isinstance(required, list) else []
+    if missing:
+        raise _BadArguments(f"{tool.name} is missing required argument(s) {', '.join(map(str, missing))}.")
+    return args
 
 
 def _coerce(param: Param, value: Any) -> Any:

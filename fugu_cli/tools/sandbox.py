@@ -43,7 +43,7 @@ DEFAULT_HIDE = (
     "~/.pypirc",
 )
 # Inside a writable workspace these stay read-only: they would run code or change fugu's settings later.
-PROTECTED = (".git/hooks", ".git/config", ".git/worktrees", ".fugu", ".mcp.json")
+PROTECTED = (".git/hooks", ".git/config", ".git/worktrees", ".fugu", ".mcp.json", ".claude")
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,15 @@
 """Slash commands: the table of `/name`s the REPL completes, and what each one does to the live session.
 
 Cheap to import (the prompt completes from `COMMANDS` before anything heavy is loaded); rich and the session
-are reached only when a command runs. An unknown command suggests the nearest one.
+are reached only when a command runs. A name fugu does not have may be a custom command or an MCP prompt
+(ui/custom.py), run as a turn; an unknown command suggests the nearest one.
 """
 
 from __future__ import annotations
 
 import difflib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -36,6 +37,9 @@ class Context(Protocol):
 
     def stop(self) -> None: ...
 
+    def run_prompt(self, text: str, worker: str | None = None, allow: Sequence[str] = ()) -> None:
+        """Run `text` as a turn (with `worker` forced and `allow` granted for it)."""
+
 
 Handler = Callable[[Context, str], None]
 
@@ -58,13 +62,14 @@ def parse(line: str) -> tuple[str, str] | None:
     return parts[0].lower(), parts[1].strip() if len(parts) > 1 else ""
 
 
-def nearest(name: str) -> str | None:
+def nearest(name: str, others: Sequence[str] = ()) -> str | None:
     """The command a typo most likely meant (`/wroker` → worker, `/tr` → trace); None for a word that
-    resembles none of them (`/nosuch`)."""
-    match = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.6)
+    resembles none of them (`/nosuch`). `others`: custom commands' names."""
+    known = [*COMMANDS, *others]
+    match = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     if match:
         return match[0]
-    prefixed = [c for c in COMMANDS if len(name) >= 2 and c.startswith(name)]
+    prefixed = [c for c in known if len(name) >= 2 and c.startswith(name)]
     return prefixed[0] if len(prefixed) == 1 else None
 
 
@@ -75,15 +80,30 @@ def dispatch(ctx: Context, line: str) -> bool:
         return False
     name, arg = parsed
     command = COMMANDS.get(name)
-    if command is None:
-        guess = nearest(name)
-        hint = f"; did you mean /{guess}?" if guess else ""
-        _say(ctx, f"unknown command /{name}{hint} (/help lists them)", "yellow")
-        return True
     try:
-        command.run(ctx, arg)
+        if command is not None:
+            command.run(ctx, arg)
+        elif not _extension(ctx, name, arg):
+            from fugu_cli.ui import custom
+
+            guess = nearest(name, [n for n, _ in custom.names(ctx.session.config.root, ctx.session)])
+            hint = f"; did you mean /{guess}?" if guess else ""
+            _say(ctx, f"unknown command /{name}{hint} (/help lists them)", "yellow")
     except FuguError as e:
         _say(ctx, str(e), "red")
+    return True
+
+
+def _extension(ctx: Context, name: str, arg: str) -> bool:
+    """Run a custom command or an MCP prompt as a turn; False when `name` is neither."""
+    from fugu_cli.ui import custom
+
+    prompted = custom.resolve(ctx.session, name, arg)
+    if prompted is None:
+        return False
+    for note in prompted.notes:
+        _say(ctx, note, "yellow")
+    ctx.run_prompt(prompted.prompt, prompted.worker, prompted.allow)
     return True
 
 
@@ -104,6 +124,10 @@ def _help(ctx: Context, arg: str) -> None:
     table.add_column()
     for c in COMMANDS.values():
         table.add_row(f"/{c.name}" + (f" {c.args}" if c.args else ""), c.help)
+    from fugu_cli.ui import custom
+
+    for name, help_text in custom.names(ctx.session.config.root, ctx.session):
+        table.add_row(f"/{name}", help_text)
     ctx.console.print(table)
     _say(
         ctx,
@@ -226,11 +250,13 @@ def _trace(ctx: Context, arg: str) -> None:
 
     from fugu_cli.ui.phrases import tool_summary
 
-    ledgers = [(ledger.scope, ledger.steps(), ledger.tool_calls()) for ledger in _ledgers(ctx.session)]
+    ledgers = [(ledger, ledger.steps(), ledger.tool_calls()) for ledger in _ledgers(ctx.session)]
     if not any(steps for _, steps, _ in ledgers):
         _say(ctx, "nothing yet: no step has run in this session", "dim")
         return
-    for scope, steps, calls in ledgers:
+    for ledger, steps, calls in ledgers:
+        scope = ledger.scope
+        hooks = ledger.hook_runs()
         if scope != "main" and steps:
             _say(ctx, f"[{scope}]", "bold")
         for s in steps:
@@ -245,6 +271,12 @@ def _trace(ctx: Context, arg: str) -> None:
                     flag = " denied" if c.denied else (" error" if c.is_error else "")
                     text = f"    {c.agent}: {tool_summary(c.tool, c.arguments)}{flag}"
                     ctx.console.print(text, overflow="fold", markup=False)
+                    for h in hooks:
+                        if (h.turn, h.step, h.call_id) == (c.turn, c.step, c.call_id):
+                            ran = f"exit {h.exit_code}" if h.exit_code is not None else "no exit"
+                            cmd = h.command if len(h.command) <= 60 else f"{h.command[:28]}…{h.command[-28:]}"
+                            said = f"      hook {h.event} `{cmd}` {ran}: {h.outcome}"
+                            ctx.console.print(said, overflow="fold", markup=False, style="dim")
 
 
 def _diff(ctx: Context, arg: str) -> None:
@@ -328,7 +360,31 @@ def _memory(ctx: Context, arg: str) -> None:
     from fugu_cli import memory
 
     session = ctx.session
+    files = session.deps.instructions.files if session.deps.instructions else []
+    if files:
+        budget = session.deps.instructions.budget if session.deps.instructions else 0
+        used = sum(f.used for f in files)
+        _say(ctx, f"instruction files (in the order given, {used:,} of {budget:,} tokens):", "bold")
+        for f in files:
+            _say(ctx, f"  {f.label}  {f.level}, {f.tokens:,} tokens, {f.state}")
+    else:
+        _say(ctx, "no instruction file (AGENTS.md or CLAUDE.md) was loaded", "dim")
     ctx.console.print(memory.render(session.deps.store, session.id), overflow="fold", markup=False)
+
+
+def _mcp(ctx: Context, arg: str) -> None:
+    mcp = ctx.session.deps.mcp
+    if mcp is None:
+        _say(ctx, "no MCP server is configured (.mcp.json, or [mcp_servers.NAME] in config)", "dim")
+        return
+    for s in mcp.status():
+        tools = [t.name for t in s.catalog.tools] if s.catalog else []
+        known = f"{len(tools)} tools" + (" (from an earlier session)" if s.cached and tools else "")
+        _say(ctx, f"{s.name}  {s.spec.transport}  {s.state}  {known}  [{s.spec.source}]")
+        if s.error:
+            _say(ctx, f"    {s.error}", "red")
+        elif tools:
+            _say(ctx, "    " + ", ".join(tools), "dim")
 
 
 def _exit(ctx: Context, arg: str) -> None:
@@ -356,7 +412,8 @@ COMMANDS: dict[str, Command] = {
         Command("sessions", "", "recent sessions", _sessions),
         Command("resume", "ID", "switch to a past session", _resume),
         Command("ultra", "on|off", "let a conductor plan a multi-worker workflow for each turn", _ultra),
-        Command("memory", "", "what ultra mode's agents learned in this session", _memory),
+        Command("memory", "", "the instruction files loaded, and what ultra mode's agents learned", _memory),
+        Command("mcp", "", "the MCP servers: status and tools", _mcp),
         Command("exit", "", "leave (Ctrl-D does too)", _exit),
     )
 }

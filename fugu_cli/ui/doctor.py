@@ -1,5 +1,6 @@
 """`fugu doctor`: what a newcomer needs on one screen. Versions, keys and local servers found, which workers
-are usable and why not, which router a session here would use and why, where state and config live.
+are usable and why not, which router a session here would use and why, where state and config live, and
+which MCP servers, hooks and custom commands a session here gets.
 
 Exit 0 when a session could run here, 2 otherwise. Reads package versions from metadata (imports no torch).
 """
@@ -63,6 +64,7 @@ def main(pool: str | None) -> int:
     except FuguError as e:
         print(f"\n! {e}")
         return 2
+    ok = _extensions(config, cwd) and ok
     print(f"\nworkers (from {source})")
     checked = check_pool(workers)
     for a in checked:
@@ -78,6 +80,32 @@ def main(pool: str | None) -> int:
         ok = _router(config, usable) and ok
     print(f"\n{'ready: fugu can run here' if ok else 'not ready: fix the lines marked !'}")
     return 0 if ok else 2
+
+
+def _extensions(config: Config, cwd: Path) -> bool:
+    """The MCP servers, hooks and custom commands a session here gets (read from files; nothing starts)."""
+    from fugu_cli import custom_commands
+    from fugu_cli.app import repo_root
+    from fugu_cli.extension_config import load_extensions
+
+    root = repo_root(cwd)
+    print("\nextensions")
+    try:
+        found = load_extensions(config, root)
+    except FuguError as e:
+        print(f"  ! {e}")
+        return False
+    servers = ", ".join(f"{s.name} ({s.source})" for s in found.servers)
+    print(f"  MCP servers    {servers + ' (fugu mcp list starts them)' if servers else 'none'}")
+    hooks: dict[str, int] = {}
+    for hook in found.hooks:
+        hooks[hook.event] = hooks.get(hook.event, 0) + 1
+    print(f"  hooks          {', '.join(f'{e} ×{n}' for e, n in hooks.items()) or 'none'}")
+    commands = ", ".join(f"/{c.name} ({c.scope})" for c in custom_commands.load(root).values())
+    print(f"  commands       {commands or 'none'}")
+    for notice in found.notices:
+        print(f"  -- {notice}")
+    return True
 
 
 def _router(config: Config, pool: list[Worker]) -> bool:

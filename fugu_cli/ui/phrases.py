@@ -30,6 +30,9 @@ def tool_summary(name: str, arguments: str, is_error: bool = False, exit_code: i
         text = f"{name.split('_')[0]} {args.get('path', '?')}"
     elif name in ("glob", "grep"):
         text = f"{name} {args.get('pattern', '')}"
+    elif name.startswith("mcp__") and args:
+        shown = json.dumps(args, ensure_ascii=False)
+        text = f"{name} {shown if len(shown) <= 60 else shown[:57] + '...'}"
     else:
         text = name
     if exit_code:

@@ -352,8 +352,10 @@ def approval_text(request: ApprovalRequest, full: bool) -> Text:
     """The question's context: who wants to do what, and a preview (or, with `full`, all) of the diff."""
     text = Text("? ", style="bold yellow")
     text.append(request.agent or "a worker", style="bold cyan")
-    if request.kind == "exec":
+    if request.kind == "exec" and request.tool in ("shell", "git_commit"):
         text.append(f" wants to run $ {request.summary.removeprefix('shell: ')}\n")
+    elif request.kind == "exec":
+        text.append(f" wants to call {request.summary}\n")
     else:
         text.append(f" wants to {request.summary}\n")
     if request.kind == "edit":

@@ -121,6 +121,8 @@ class Repl:
         opts = dataclasses.replace(self.opts, resume=resume, continue_last=False, worker=worker)
         with self.console.status("loading…"):
             session = self._build(opts)
+        if self._session is not None:
+            self._session.close()
         self._session = session
         if resume:
             self._show_resumed(session)
@@ -129,6 +131,10 @@ class Repl:
 
     def stop(self) -> None:
         self._running = False
+
+    def run_prompt(self, text: str, worker: str | None = None, allow: Sequence[str] = ()) -> None:
+        with self.session.turn_settings(worker, allow):
+            self._turn(text)
 
     # --- the loop -----------------------------------------------------------------------------------------
 
@@ -151,6 +157,9 @@ class Repl:
             return self._load_error()
         except KeyboardInterrupt:  # while a resumed session was still loading
             return 130
+        finally:
+            if self._session is not None:
+                self._session.close()  # its MCP servers stop with it
         self._goodbye()
         return 0
 
@@ -158,17 +167,26 @@ class Repl:
         """Once per folder: may this repository's own .fugu/config.toml set workers, permissions, tools?"""
         from fugu_cli.options import find_repo_root, project_config_path
 
-        if self.opts.trust_project or not project_config_path(self.opts.cwd).is_file():
-            return  # nothing to ask (and pydantic, which reading a config needs, stays unloaded)
-        from fugu_cli.config import needs_trust, trust
-
-        wanted = needs_trust(self.opts.cwd)
-        if not wanted:
+        if self.opts.trust_project:
             return
         root = find_repo_root(self.opts.cwd.resolve()) or self.opts.cwd.resolve()
-        print(f"This folder's .fugu/config.toml asks for: {', '.join(wanted)}.", flush=True)
+        own = (project_config_path(self.opts.cwd), root / ".mcp.json", root / ".claude")
+        if not any(p.exists() for p in own):
+            return  # nothing to ask (and pydantic, which reading a config needs, stays unloaded)
+        from fugu_cli.config import needs_trust, trust
+        from fugu_cli.extension_config import untrusted_extensions
+
+        wanted = needs_trust(self.opts.cwd)
+        extensions = untrusted_extensions(root)
+        if not wanted and not extensions:
+            return
+        if wanted:
+            print(f"This folder's .fugu/config.toml asks for: {', '.join(wanted)}.", flush=True)
+        if extensions:
+            print(f"This folder would run commands of its own: {', '.join(extensions)}.", flush=True)
         answer = input(
-            f"Trust {root} (its config may then choose workers, endpoints and permissions)? [y/N] "
+            f"Trust {root} (its config may then choose workers, endpoints, permissions, MCP servers and "
+            "hooks)? [y/N] "
         )
         if answer.strip().lower() in ("y", "yes"):
             trust(root)
@@ -207,8 +225,16 @@ class Repl:
             self._say(f"internal error: {type(e).__name__}: {e}", "red")
 
     def _turn(self, text: str) -> None:
+        from fugu_cli.ui.custom import attach_resources
+
         session = self.session
         task, attached = expand_mentions(text, session.config.root)
+        try:
+            task, resources = attach_resources(task, session)
+        except FuguError as e:
+            self._say(str(e), "red")
+            return
+        attached += resources
         if attached:
             self._say(f"attached {', '.join(attached)}", "dim")
         from fugu_cli.ui.turn import TurnThread
@@ -277,7 +303,7 @@ class Repl:
         return self._renderer
 
     def _say(self, text: str, style: str = "") -> None:
-        self.console.print(text, style=style, markup=False, highlight=False, overflow="fold")
+        self.console.print(text, style=style, markup=False, highlight=False, emoji=False, overflow="fold")
 
     def _pause(self) -> None:
         if self._renderer is not None:
@@ -317,7 +343,12 @@ class Repl:
         return f"fugu [{' '.join(tags)}] › " if tags else "fugu › "
 
     def _commands(self) -> Sequence[tuple[str, str]]:
-        return [(c.name, c.help) for c in commands.COMMANDS.values()]
+        from fugu_cli.app import repo_root
+        from fugu_cli.ui import custom
+
+        own = [(c.name, c.help) for c in commands.COMMANDS.values()]
+        theirs = custom.names(repo_root(self._root()), self._session)
+        return own + [(n, h) for n, h in theirs if n not in commands.COMMANDS]
 
     def _arguments(self, command: str) -> Sequence[str]:
         if self._session is None:

@@ -29,6 +29,7 @@ from fugu_cli.events import (
 )
 from fugu_cli.options import RunOptions
 from fugu_cli.types import TurnResult, Usage, WorkerUsage
+from fugu_cli.ui.custom import Prompted, described
 from fugu_cli.ui.phrases import err
 from fugu_cli.ui.stop import GRACE_S, GaveUp, Stopper
 from fugu_cli.ui.stream import Asker, Controls, Inbox, LineWriter, UserTurn, stdin_lines
@@ -170,8 +171,11 @@ def _one_shot(opts: RunOptions, out: Output, task: str) -> int:
 
     with Stopper().installed() as stopper:  # a signal while the session is built still ends in a result
         session = build_session(opts)
-        _say_refusals(session, opts)
-        result = _turn(session, task, _Render(out.format, sys.stdout), stopper)
+        try:
+            _say_refusals(session, opts)
+            result = _turn(session, task, _Render(out.format, sys.stdout), stopper)
+        finally:
+            session.close()
     _final(out.format, result, sys.stdout)
     return stopper.code or EXIT_CODES[result.status]
 
@@ -200,21 +204,46 @@ def _conversation(opts: RunOptions, out: Output) -> int:
                 break
             if isinstance(item, UserTurn):
                 code = EXIT_CODES[_turn(session, item.text, render, stopper).status]
+    session.close()
     return stopper.code or code
 
 
 def _turn(session: Session, text: str, render: _Render, stopper: Stopper) -> TurnResult:
+    """One turn; a task that is a custom command or an MCP prompt (`/fix-issue 12`) runs as its prompt."""
     from fugu_cli.ui.turn import TurnThread
 
+    prompted = _slash(session, text)
+    if prompted is not None:
+        for note in prompted.notes:
+            err(note)
+        text = prompted.prompt
     turn = TurnThread(session, text, render.on_event)
     stopper.attach(turn.cancel)
+    worker, allow = (prompted.worker, prompted.allow) if prompted is not None else (None, ())
     try:
-        return turn.run(wait=stopper.wait)
+        with session.turn_settings(worker, allow):
+            return turn.run(wait=stopper.wait)
     except GaveUp:
         result = render.cut(session.id)
         render.on_event(TurnFinished(session_id=session.id, result=result))
         render.closed = True  # the stuck turn may still emit; nothing of it reaches stdout now
         return result
+
+
+def _slash(session: Session, text: str) -> Prompted | None:
+    """The custom command or MCP prompt `text` names, with `@server:uri` resources attached to any task."""
+    from fugu_cli.ui.commands import parse
+    from fugu_cli.ui.custom import attach_resources, resolve
+
+    parsed = parse(text.strip())
+    prompted = resolve(session, *parsed) if parsed is not None else None
+    task = prompted.prompt if prompted is not None else text
+    task, attached = attach_resources(task, session)
+    if prompted is None and not attached:
+        return None
+    if prompted is None:
+        return Prompted(task)
+    return dataclasses.replace(prompted, prompt=task)
 
 
 def _controls(session: Session, stopper: Stopper, asker: Asker | None) -> Controls:
@@ -240,6 +269,11 @@ def _controls(session: Session, stopper: Stopper, asker: Asker | None) -> Contro
         interrupt=interrupt,
         set_permission_mode=lambda name: session.set_permission_mode(permission_mode(name)),
         set_model=lambda model: session.set_worker(worker_named(session.deps.pool, model)),
+        mcp_status=lambda: [{"name": n, "status": s} for n, s in session.mcp_servers()],
+        commands=lambda: [
+            {"name": name, "description": help, "argumentHint": hint}
+            for name, help, hint in described(session.config.root, session)
+        ],
     )
 
 

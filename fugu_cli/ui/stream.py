@@ -3,7 +3,7 @@ thread, never interleaved), and with `--input-format stream-json` user messages 
 JSON lines on stdin. Control requests are answered at once, from the reader thread, even while a turn runs.
 
 Answered as Claude Code does: initialize, interrupt, set_permission_mode, set_model, mcp_status. Every other
-request gets an error response naming it (fugu has no hooks, MCP servers or background tasks). With
+request gets an error response naming it (fugu runs no SDK hook callbacks and no background tasks). With
 `--permission-prompt-tool stdio`, fugu asks the client (the SDK's can_use_tool) before an edit or a command.
 """
 
@@ -57,11 +57,15 @@ class Controls:
         interrupt: Callable[[], None],
         set_permission_mode: Callable[[str], None],
         set_model: Callable[[str | None], None],
+        mcp_status: Callable[[], list[dict[str, str]]] = list,
+        commands: Callable[[], list[dict[str, str]]] = list,
     ) -> None:
         self.models = models
         self.interrupt = interrupt
         self.set_permission_mode = set_permission_mode
         self.set_model = set_model
+        self.mcp_status = mcp_status
+        self.commands = commands
 
     def answer(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """The response to one control request; raises UsageError with the reason to refuse it."""
@@ -79,16 +83,19 @@ class Controls:
             self.set_model(str(model) if model else None)
             return {}
         if subtype == "mcp_status":
-            return {"mcpServers": []}
+            return {"mcpServers": self.mcp_status()}
         raise UsageError(f"fugu does not support the {subtype!r} control request")
 
     def _initialize(self, request: Mapping[str, Any]) -> dict[str, Any]:
         if request.get("hooks"):
-            raise UsageError("fugu runs no hooks; start the query without hooks")
+            raise UsageError(
+                "fugu runs no SDK hook callbacks; start the query without hooks, and give fugu shell hooks "
+                "in its config ([[hooks.PreToolUse]]) or .claude/settings.json instead"
+            )
         if request.get("agents"):
             err("the SDK's agent definitions are ignored: fugu's router and conductor pick the workers")
         return {
-            "commands": [],
+            "commands": self.commands(),
             "output_style": "default",
             "available_output_styles": ["default"],
             "models": self.models(),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,10 @@ def test_control_requests_model_permission_mode_and_interrupt(
     tmp_path: Path, loopback: LoopbackServer
 ) -> None:
     repo = make_repo(tmp_path / "repo")
+    (repo / ".fugu" / "commands").mkdir(parents=True)
+    (repo / ".fugu" / "commands" / "fix-issue.md").write_text(
+        "---\ndescription: Fix an issue by number\nargument-hint: NUMBER\n---\nFix issue #$ARGUMENTS.\n"
+    )
     loopback.script("one", ["one speaking"])
     loopback.script(
         "two",
@@ -185,6 +190,9 @@ def test_control_requests_model_permission_mode_and_interrupt(
 
     info, turns = asyncio.run(talk())
     assert info is not None and [m["value"] for m in info["models"]] == ["auto", "one", "two"]
+    assert info["commands"] == [
+        {"name": "fix-issue", "description": "Fix an issue by number (project)", "argumentHint": "NUMBER"}
+    ]
     assert _routes(turns[0]) == [("one", "prior")]
     assert _routes(turns[1]) == [("two", "override"), ("two", "override")]
     assert turns[1][0].data["permissionMode"] == "acceptEdits" and turns[1][0].data["model"] == "openai/two"
@@ -267,7 +275,7 @@ def test_hooks_are_refused_clearly(tmp_path: Path, loopback: LoopbackServer) -> 
         extra_args={"pool": str(pool_file(tmp_path, loopback, "solo"))},
         hooks={"PreToolUse": [HookMatcher(matcher="Bash", hooks=[hook])]},
     )
-    with pytest.raises(Exception, match="fugu runs no hooks"):
+    with pytest.raises(Exception, match="fugu runs no SDK hook callbacks"):
         _collect("hello", options)
     assert loopback.requests_for("solo") == []
 
@@ -279,15 +287,35 @@ def test_an_unsupported_option_fails_with_one_line(tmp_path: Path, loopback: Loo
         cli_path=FUGU,
         cwd=str(repo),
         extra_args={"pool": str(pool_file(tmp_path, loopback, "solo"))},
-        mcp_servers={"files": {"command": "mcp-files", "args": []}},
+        add_dirs=[str(tmp_path)],
         stderr=stderr.append,
     )
     with pytest.raises(Exception, match="exit code 2"):
         _collect("hello", options)
     assert stderr == [
-        "fugu: --mcp-config: fugu has no MCP client yet, so it cannot start the MCP servers of --mcp-config"
+        "fugu: --add-dir: fugu works in one repository; it cannot open --add-dir directories to its workers"
     ]
     assert json.dumps(stderr).count("Traceback") == 0
+
+
+def test_the_sdks_mcp_servers_are_fugus(tmp_path: Path, loopback: LoopbackServer) -> None:
+    """`mcp_servers=` reaches fugu as --mcp-config: fugu starts the server and its tool is called."""
+    repo = make_repo(tmp_path / "repo")
+    clock = str(Path(sys.executable).with_name("mcp-server-time"))
+    loopback.script("solo", [tool_reply(call("mcp__clock__get_current_time", timezone="UTC")), "It is now."])
+    options = ClaudeAgentOptions(
+        cli_path=FUGU,
+        cwd=str(repo),
+        extra_args={"pool": str(pool_file(tmp_path, loopback, "solo"))},
+        mcp_servers={"clock": {"command": clock, "args": []}},
+        permission_mode="bypassPermissions",
+    )
+    messages = _collect("what time is it?", options)
+    init = next(m for m in messages if isinstance(m, SystemMessage) and m.subtype == "init")
+    assert init.data["mcp_servers"] == [{"name": "clock", "status": "connected"}]
+    assert isinstance(messages[-1], ResultMessage) and messages[-1].result == "It is now."
+    results = [m["content"] for m in loopback.requests_for("solo")[-1].messages if m["role"] == "tool"]
+    assert '"timezone": "UTC"' in results[0]
 
 
 def test_resume_and_continue_options_carry_the_session_on(tmp_path: Path, loopback: LoopbackServer) -> None:

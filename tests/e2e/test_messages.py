@@ -176,3 +176,22 @@ def test_doctor_says_what_was_found_and_whether_fugu_can_run(
     assert "prior: the shipped router knows 0 of your workers" in ready.stdout
     assert "sandbox        bubblewrap" in ready.stdout
     assert ready.stdout.rstrip().endswith("ready: fugu can run here")
+
+
+def test_doctor_names_the_extensions_a_session_here_gets_and_starts_none(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    evil = {"evil": {"command": "touch", "args": ["ran"]}}
+    (repo / ".mcp.json").write_text(json.dumps({"mcpServers": evil}))
+    (repo / ".fugu" / "commands").mkdir(parents=True)
+    (repo / ".fugu" / "commands" / "fix-issue.md").write_text("Fix issue #$ARGUMENTS.\n")
+    home = Path(os.environ["FUGU_HOME"])
+    (home / "config.toml").write_text(
+        '[[hooks.PreToolUse]]\nmatcher = "Bash"\ncommand = "touch hook-ran"\n\n'
+        '[mcp_servers.mine]\ncommand = "touch"\nargs = ["mine-ran"]\n'
+    )
+    run = fugu("doctor", cwd=repo, env={"OLLAMA_HOST": "http://127.0.0.1:9"})
+    assert "  MCP servers    mine (user config) (fugu mcp list starts them)" in run.stdout
+    assert "  hooks          PreToolUse ×1" in run.stdout
+    assert "  commands       /fix-issue (project)" in run.stdout
+    assert "did not load the MCP servers of .mcp.json (evil)" in run.stdout
+    assert not any((repo / f).exists() for f in ("ran", "hook-ran", "mine-ran"))

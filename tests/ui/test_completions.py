@@ -53,7 +53,9 @@ def complete(*words: str) -> list[str]:
 @pytest.mark.parametrize(
     ("words", "expected"),
     [
-        (("",), ["pool", "doctor", "completion", "demo", "eval", "serve", "sessions", "router"]),
+        (("",), ["pool", "doctor", "completion", "demo", "eval", "serve", "sessions", "router", "mcp"]),
+        (("mcp", ""), ["list"]),
+        (("mcp", "list", "--"), ["--json", "--trust-project", "--help"]),
         (("--perm",), ["--permission-mode", "--permission-prompt-tool"]),
         (
             ("--permission-mode", ""),

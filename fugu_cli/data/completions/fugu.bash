@@ -12,10 +12,12 @@ _fugu() {
             "|serve") sub="serve" ;;
             "|sessions") sub="sessions" ;;
             "|router") sub="router" ;;
+            "|mcp") sub="mcp" ;;
             "sessions|show") sub="sessions show" ;;
             "router|info") sub="router info" ;;
             "router|train") sub="router train" ;;
             "router|eval") sub="router eval" ;;
+            "mcp|list") sub="mcp list" ;;
         esac
     done
     case "$sub|$prev" in
@@ -38,6 +40,7 @@ _fugu() {
         "|--router") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "|--cost-weight") return ;;
         "|--plan") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "|--mcp-config") return ;;
         "pool|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "doctor|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "demo|--router") COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -87,7 +90,7 @@ _fugu() {
     esac
     local opts="" subs=""
     case "$sub" in
-        "") opts="-p --print --output-format --max-turns --max-budget-usd --worker --model --pool --permission-mode --allowedTools --allowed-tools --disallowedTools --disallowed-tools --tools --system-prompt --system-prompt-file --append-system-prompt --input-format --permission-prompt-tool --include-partial-messages --yes -y --continue -c --resume -r --router --cost-weight --ultra --plan --verbose --trust-project --debug --no-repo-map --version --help" subs="pool doctor completion demo eval serve sessions router" ;;
+        "") opts="-p --print --output-format --max-turns --max-budget-usd --worker --model --pool --permission-mode --allowedTools --allowed-tools --disallowedTools --disallowed-tools --tools --system-prompt --system-prompt-file --append-system-prompt --input-format --permission-prompt-tool --include-partial-messages --yes -y --continue -c --resume -r --router --cost-weight --ultra --plan --verbose --trust-project --debug --no-repo-map --mcp-config --strict-mcp-config --version --help" subs="pool doctor completion demo eval serve sessions router mcp" ;;
         "pool") opts="--pool --json --help" subs="" ;;
         "doctor") opts="--pool --help" subs="" ;;
         "completion") opts="--help" subs="" ;;
@@ -100,6 +103,8 @@ _fugu() {
         "router info") opts="--pool --help" subs="" ;;
         "router train") opts="--data --out --stage --split --tau --svf --generations --lambda --seed --threads --store --prices --processes --executor --ray-address --help" subs="" ;;
         "router eval") opts="--data --router --split --k --json --plot --threads --store --train-data --allow-train-rows --skip-train-rows --prices --lambdas --help" subs="" ;;
+        "mcp") opts="--help" subs="list" ;;
+        "mcp list") opts="--json --trust-project --help" subs="" ;;
     esac
     if [[ "$cur" == -* ]]; then
         COMPREPLY=($(compgen -W "$opts" -- "$cur"))

@@ -1,0 +1,318 @@
+"""The MCP servers of one session: started lazily, kept on one event-loop thread, stopped with the session.
+
+A server starts when it is first needed: a call to one of its tools, a prompt, a resource, or the first list
+of tools when no earlier session left a copy of its catalog in FUGU_HOME. A server that fails to start or
+dies is reported once (`take_notices`) and the session goes on without it; it is not restarted.
+Blocking methods here are called from the session's threads; the SDK's coroutines run on the loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Literal, TypeVar
+
+from fugu_cli.errors import FuguError
+from fugu_cli.extension_config import ServerSpec
+from fugu_cli.mcp.catalog import Catalog, cache_path, load_cached, save_cached
+from fugu_cli.tools.sandbox import SandboxPolicy
+
+_MARK = "--- started by fugu at"
+State = Literal["idle", "starting", "ready", "failed", "stopped"]
+T = TypeVar("T")
+
+
+class McpUnavailable(FuguError):
+    """A server that cannot be used (it failed to start, died, or the session is closing)."""
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    name: str
+    spec: ServerSpec
+    state: str  # "not started", "running", "failed", "stopped"
+    error: str
+    catalog: Catalog | None
+    cached: bool  # the catalog is the copy an earlier session kept (the server has not run yet)
+
+
+@dataclass
+class _Server:
+    spec: ServerSpec
+    state: State = "idle"
+    error: str = ""
+    catalog: Catalog | None = None
+    live: bool = False
+    client: Any = None
+    ready: threading.Event = field(default_factory=threading.Event)
+    stop: asyncio.Event | None = None
+    task: concurrent.futures.Future[None] | None = None
+    stderr: IO[bytes] | None = None
+
+
+class McpManager:
+    """Owns the servers' connections; tools, prompts and resources are reached through it."""
+
+    def __init__(self, specs: Sequence[ServerSpec], root: Path, sandbox: SandboxPolicy, home: Path) -> None:
+        self.root = root
+        self.sandbox = sandbox
+        self.home = home
+        self._servers = {s.name: _Server(s) for s in specs}
+        self._lock = threading.Lock()
+        self._notices: list[str] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        for srv in self._servers.values():
+            srv.catalog = load_cached(self._cache(srv))
+
+    def __bool__(self) -> bool:
+        return bool(self._servers)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._servers)
+
+    def spec(self, name: str) -> ServerSpec | None:
+        srv = self._servers.get(name)
+        return srv.spec if srv else None
+
+    # --- what the servers offer --------------------------------------------------------------------------
+
+    def catalogs(self, *, start: bool) -> dict[str, Catalog]:
+        """Each usable server's catalog; with `start`, servers with no known catalog are started (together)
+        to list theirs."""
+        if start:
+            unknown = [n for n, s in self._servers.items() if s.state == "idle" and s.catalog is None]
+            self._start_all(unknown)
+        return {
+            n: s.catalog
+            for n, s in self._servers.items()
+            if s.catalog is not None and s.state not in ("failed", "stopped")
+        }
+
+    def status(self) -> list[ServerStatus]:
+        words = {"idle": "not started", "starting": "starting", "ready": "running"}
+        return [
+            ServerStatus(n, s.spec, words.get(s.state, s.state), s.error, s.catalog, not s.live)
+            for n, s in self._servers.items()
+        ]
+
+    def take_notices(self) -> list[str]:
+        with self._lock:
+            out, self._notices = self._notices, []
+        return out
+
+    # --- using a server (starts it when needed) ----------------------------------------------------------
+
+    def call_tool(
+        self, server: str, tool: str, arguments: dict[str, Any], cancel: threading.Event | None = None
+    ) -> tuple[str, bool]:
+        from fugu_cli.mcp import client
+
+        srv = self._ready(server)
+        timeout = srv.spec.tool_timeout_s
+        return self._await(srv, client.call_tool(srv.client, tool, arguments, timeout), timeout + 5, cancel)
+
+    def get_prompt(self, server: str, name: str, arguments: dict[str, str]) -> str:
+        from fugu_cli.mcp import client
+
+        srv = self._ready(server)
+        return self._await(srv, client.get_prompt(srv.client, name, arguments), srv.spec.tool_timeout_s)
+
+    def read_resource(self, server: str, uri: str) -> str:
+        from fugu_cli.mcp import client
+
+        srv = self._ready(server)
+        return self._await(srv, client.read_resource(srv.client, uri), srv.spec.tool_timeout_s)
+
+    def probe(self) -> list[ServerStatus]:
+        """Start every server (for `fugu mcp list`), so each shows its live status and catalog."""
+        self._start_all([n for n, s in self._servers.items() if s.state == "idle"])
+        return self.status()
+
+    def close(self) -> None:
+        """Stop every server (stdin closed, then killed after a grace period) and the loop thread."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        for srv in self._servers.values():
+            if srv.stop is not None:
+                loop.call_soon_threadsafe(srv.stop.set)
+        for srv in self._servers.values():
+            if srv.task is not None:
+                try:
+                    srv.task.result(timeout=10)
+                except Exception:
+                    pass
+            if srv.state in ("ready", "starting"):
+                srv.state = "stopped"
+            if srv.stderr is not None:
+                srv.stderr.close()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
+
+    # --- the loop and the servers' lives -----------------------------------------------------------------
+
+    def _ready(self, name: str) -> _Server:
+        srv = self._servers.get(name)
+        if srv is None:
+            raise McpUnavailable(f"there is no MCP server named {name!r}")
+        if srv.state in ("idle", "starting"):
+            self._start_all([name])
+        if srv.state != "ready":
+            raise McpUnavailable(f"the MCP server {name} is not available: {srv.error or srv.state}")
+        return srv
+
+    def _start_all(self, names: Sequence[str]) -> None:
+        started: list[_Server] = []
+        with self._lock:
+            if self._closed:
+                return
+            loop = self._ensure_loop()
+            for name in names:
+                srv = self._servers[name]
+                if srv.state == "idle":
+                    srv.state = "starting"
+                    srv.task = asyncio.run_coroutine_threadsafe(self._serve(srv), loop)
+                started.append(srv)
+        for srv in started:
+            if not srv.ready.wait(srv.spec.startup_timeout_s):
+                self._failed(srv, f"it did not answer within {srv.spec.startup_timeout_s:g} s")
+                if srv.stop is not None:
+                    loop.call_soon_threadsafe(srv.stop.set)
+                if srv.task is not None:
+                    srv.task.cancel()
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            # the thread that starts a sandboxed server must outlive it: bwrap dies with its starting thread
+            thread = threading.Thread(target=loop.run_forever, name="fugu-mcp", daemon=True)
+            thread.start()
+            self._loop, self._thread = loop, thread
+        return self._loop
+
+    async def _serve(self, srv: _Server) -> None:
+        from fugu_cli.mcp import client
+
+        srv.stop = asyncio.Event()
+        srv.stderr = self._log(srv.spec.name)
+
+        def exited(code: int | None) -> None:
+            if srv.state in ("ready", "starting") and not self._closed:
+                how = f"exit code {code}" if code is not None else "its output closed"
+                said = _last_line(self._log_path(srv.spec.name))
+                self._failed(srv, f"it stopped ({how}{': ' + said if said else ''})")
+            if srv.stop is not None:
+                srv.stop.set()
+
+        try:
+            async with client.open_client(srv.spec, self.root, self.sandbox, srv.stderr, exited) as session:
+                catalog = await client.list_catalog(session)
+                srv.client, srv.catalog, srv.live = session, catalog, True
+                save_cached(self._cache(srv), catalog)
+                if srv.state == "starting":
+                    srv.state = "ready"
+                srv.ready.set()
+                await srv.stop.wait()
+        except BaseException as e:
+            if srv.state in ("starting", "ready") and not self._closed:
+                self._failed(srv, _describe(e))
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
+        finally:
+            srv.client = None
+            srv.ready.set()
+
+    def _failed(self, srv: _Server, why: str) -> None:
+        with self._lock:
+            if srv.state == "failed":
+                return
+            was = srv.state
+            srv.state, srv.error = "failed", why
+            what = "could not start" if was == "starting" else "stopped working"
+            self._notices.append(
+                f"MCP server {srv.spec.name} {what}: {why}. The session goes on without its tools."
+            )
+        srv.ready.set()
+
+    def _await(
+        self,
+        srv: _Server,
+        coro: Coroutine[Any, Any, T],
+        timeout: float,
+        cancel: threading.Event | None = None,
+    ) -> T:
+        loop = self._loop
+        if loop is None or self._closed:
+            coro.close()
+            raise McpUnavailable("the session's MCP servers are stopped")
+        future = asyncio.run_coroutine_threadsafe(coro, loop)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return future.result(timeout=0.05)
+            except concurrent.futures.TimeoutError:
+                if cancel is not None and cancel.is_set():
+                    future.cancel()
+                    raise McpUnavailable("interrupted by the user") from None
+                if time.monotonic() > deadline:
+                    future.cancel()
+                    raise McpUnavailable(f"{srv.spec.name} did not answer within {timeout:g} s") from None
+            except McpUnavailable:
+                raise
+            except Exception as e:
+                if srv.state != "ready":
+                    raise McpUnavailable(
+                        f"the MCP server {srv.spec.name} is not available: {srv.error}"
+                    ) from e
+                raise McpUnavailable(f"{srv.spec.name}: {_describe(e)}") from e
+
+    def _cache(self, srv: _Server) -> Path:
+        return cache_path(self.home, srv.spec.name, srv.spec.fingerprint())
+
+    def _log_path(self, name: str) -> Path:
+        return self.home / "logs" / f"mcp-{name}.log"
+
+    def _log(self, name: str) -> IO[bytes] | None:
+        path = self._log_path(name)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            f = path.open("ab")
+            f.write(f"{_MARK} {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+            f.flush()
+            return f
+        except OSError:
+            return None
+
+
+def _last_line(path: Path) -> str:
+    """The server's last words on stderr (bwrap's "execvp ...: No such file or directory", a traceback's
+    last line)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 2000))
+            lines = f.read().decode("utf-8", errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines and not lines[-1].startswith(_MARK) else ""
+
+
+def _describe(e: BaseException) -> str:
+    """One line for an exception that may be an anyio ExceptionGroup around the real cause."""
+    while isinstance(e, BaseExceptionGroup) and e.exceptions:
+        e = e.exceptions[0]
+    if isinstance(e, FileNotFoundError):
+        return f"command not found ({e.filename or e})"
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
