@@ -91,6 +91,15 @@ class RouterSource:
         except (OSError, ValueError):
             self._started = None
 
+    def __getstate__(self) -> dict[str, object]:
+        # pickled to a cluster node (fugu eval on Ray): the checkpoint's path travels, the loaded backbone,
+        # its router process and the lock stay here; the node loads its own backbone on its first session
+        return {**self.__dict__, "_backbone": None, "_started": None, "_lock": None}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     @property
     def name(self) -> str:
         return "prior" if self.checkpoint is None else f"learned:{self.checkpoint.name}"

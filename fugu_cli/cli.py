@@ -296,7 +296,22 @@ def eval_cmd(
         list[str] | None, typer.Option("--mode", help="fugu (the router picks) or ultra (repeatable).")
     ] = None,
     repeats: Annotated[int, typer.Option("--repeats", min=1, help="Runs per task and arm.")] = 1,
-    parallel: Annotated[int, typer.Option("--parallel", min=1, help="Runs at once.")] = 2,
+    parallel: Annotated[
+        int | None,
+        typer.Option("--parallel", min=1, help="Runs at once (default 2; with Ray: the cluster's CPUs)."),
+    ] = None,
+    task: Annotated[
+        list[str] | None, typer.Option("--task", help="Only tasks whose id matches this glob (repeatable).")
+    ] = None,
+    executor: Annotated[
+        str | None, typer.Option("--executor", help="local (threads here) or ray (a Ray cluster).")
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address", help="A Ray cluster to join (auto, ray://HOST:10001); none: start one."
+        ),
+    ] = None,
     pool: Annotated[str | None, typer.Option("--pool", help="A TOML file of [[workers]].")] = None,
     router: Annotated[
         str | None, typer.Option("--router", help="A router checkpoint for the fugu arm, or 'prior'.")
@@ -321,6 +336,9 @@ def eval_cmd(
         modes=mode or [],
         repeats=repeats,
         parallel=parallel,
+        tasks=task or [],
+        executor=executor,
+        ray_address=ray_address,
         pool=pool,
         router=router,
         max_turns=max_turns,
@@ -460,6 +478,16 @@ def router_train(
     processes: Annotated[
         int, typer.Option("--processes", min=1, help="Processes for embedding and stage 2 (1: this one).")
     ] = 1,
+    executor: Annotated[
+        str | None,
+        typer.Option("--executor", help="local (--processes here) or ray: embedding and stage 2 on Ray."),
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address", help="A Ray cluster to join (auto, ray://HOST:10001); none: start one."
+        ),
+    ] = None,
 ) -> None:
     """Train a router from measured outcomes: soft-label KL with SVF, then sep-CMA-ES."""
     from fugu_cli.ui import admin
@@ -480,6 +508,8 @@ def router_train(
                 store,
                 prices,
                 processes,
+                executor,
+                ray_address,
             )
         )
     )

@@ -167,6 +167,18 @@ HOOK_EVENTS = ("PreToolUse", "PostToolUse", "UserPromptSubmit", "Stop", "Session
 HookEventName = Literal["PreToolUse", "PostToolUse", "UserPromptSubmit", "Stop", "SessionStart"]
 
 
+class ExecutorSettings(BaseModel):
+    """`[executor]`: where `fugu eval` jobs and router training run (README.md, Running on a cluster)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["local", "ray"] = "local"
+    address: str | None = None  # ray: "auto", "ray://head:10001"; none: a local Ray instance
+    num_cpus: int | None = Field(default=None, ge=1)  # a local Ray instance's CPUs
+    cpus_per_job: float = Field(default=1.0, gt=0)
+    max_retries: int = Field(default=3, ge=0)  # re-runs of a job whose worker process or node died
+
+
 class Config(BaseModel):
     """The merged configuration."""
 
@@ -190,6 +202,7 @@ class Config(BaseModel):
     context: ContextSettings = Field(default_factory=ContextSettings)
     mcp_servers: dict[str, McpServerSettings] = Field(default_factory=dict)
     hooks: dict[HookEventName, list[HookSettings]] = Field(default_factory=dict)
+    executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
     # what an untrusted project config asked for and did not get ("workers", "permission_mode=full-auto")
     _ignored: tuple[str, ...] = PrivateAttr(default=())
     _trusted: bool = PrivateAttr(default=False)

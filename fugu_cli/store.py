@@ -2,7 +2,8 @@
 
 Append-only tables with short numbered migrations; WAL so readers never block the session that writes.
 The only module that speaks SQL: everyone else calls its typed methods, which redact every text they store,
-so no writer can forget. Never prints.
+so no writer can forget (a session exported from another store is redacted again as it is imported).
+Never prints.
 """
 
 from __future__ import annotations
@@ -220,6 +221,46 @@ class OutcomeRow:
     cost_usd: float
     source: str
     session_id: str | None
+
+
+# Every table keyed by session, with the column holding the id, and the texts its typed writers redact: what
+# `export_session` ships and `import_session` writes (redacting the same columns again, with this process's
+# secrets). A table added by a migration and keyed by session belongs here too.
+SESSION_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "sessions": ("id", ("title", "pool_json")),
+    "messages": ("session_id", ("data_json",)),
+    "steps": ("session_id", ("text",)),
+    "route_decisions": ("session_id", ("reason",)),
+    "tool_calls": ("session_id", ("arguments", "result")),
+    "turns": ("session_id", ("task", "result")),
+    "memory_facts": ("session_id", ("key", "value")),
+    "compactions": ("session_id", ("head_json", "focus")),
+    "hook_runs": ("session_id", ("command", "stdout", "stderr")),
+    "outcomes": ("session_id", ("task",)),
+}
+
+
+@dataclass(frozen=True)
+class TableRows:
+    """One table's rows of one session, in the order they were written."""
+
+    table: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+
+
+@dataclass(frozen=True)
+class SessionExport:
+    """Every row of one session (its ledger, transcript, memory, compactions, hook runs and outcomes), as
+    another store can import it: what a cluster node running an eval job ships back to the store of the user
+    who ran it."""
+
+    session_id: str
+    schema: int  # the exporting store's schema version
+    tables: tuple[TableRows, ...]
+
+    def rows(self, table: str) -> tuple[tuple[Any, ...], ...]:
+        return next((t.rows for t in self.tables if t.table == table), ())
 
 
 _HOOK_CAP = 8000  # characters of a hook's stdout or stderr kept in the ledger
@@ -693,6 +734,56 @@ class Store:
             OutcomeRow(r["task"], r["worker"], r["reward"], r["cost_usd"], r["source"], r["session_id"])
             for r in rows
         ]
+
+    # moving sessions between stores (a cluster node's scratch store -> the user's)
+
+    def export_session(self, sid: str) -> SessionExport:
+        """Every row of session `sid`, table by table (KeyError when there is no such session)."""
+        tables = []
+        with self._lock:
+            if not self._db.execute("SELECT 1 FROM sessions WHERE id=?", (sid,)).fetchone():
+                raise KeyError(sid)
+            for table, (key, _) in SESSION_TABLES.items():
+                cursor = self._db.execute(f"SELECT * FROM {table} WHERE {key}=? ORDER BY rowid", (sid,))
+                columns = tuple(d[0] for d in cursor.description)
+                tables.append(TableRows(table, columns, tuple(tuple(r) for r in cursor.fetchall())))
+        return SessionExport(sid, len(MIGRATIONS), tuple(tables))
+
+    def import_session(self, export: SessionExport) -> bool:
+        """Write an exported session's rows, redacted again, in one transaction. A session already in this
+        store is left as it is (False), so importing twice never doubles a row."""
+        if export.schema != len(MIGRATIONS):
+            raise ConfigError(
+                f"session {export.session_id} comes from a fugu store of schema {export.schema}, this one is "
+                f"{len(MIGRATIONS)}: run the same fugu version on every node"
+            )
+        with self._transaction() as db:
+            if db.execute("SELECT 1 FROM sessions WHERE id=?", (export.session_id,)).fetchone():
+                return False
+            for part in sorted(export.tables, key=lambda t: t.table != "sessions"):
+                self._import_table(db, export.session_id, part)
+        return True
+
+    def _import_table(self, db: sqlite3.Connection, sid: str, part: TableRows) -> None:
+        if part.table not in SESSION_TABLES:
+            raise ValueError(f"not a session table: {part.table!r}")
+        key, redacted = SESSION_TABLES[part.table]
+        known = {r[1] for r in db.execute(f"PRAGMA table_info({part.table})")}
+        unknown = [c for c in part.columns if c not in known]
+        if unknown or key not in part.columns:
+            raise ValueError(f"{part.table}: unknown columns {unknown} or no {key}")
+        at = part.columns.index(key)
+        clean = [i for i, c in enumerate(part.columns) if c in redacted]
+        rows = []
+        for row in part.rows:
+            if row[at] != sid:
+                raise ValueError(f"{part.table}: a row of session {row[at]!r} in the export of {sid!r}")
+            values = list(row)
+            for i in clean:
+                values[i] = _redact_opt(values[i])
+            rows.append(values)
+        marks = ",".join("?" * len(part.columns))
+        db.executemany(f"INSERT INTO {part.table} ({','.join(part.columns)}) VALUES ({marks})", rows)
 
 
 def _why(e: BaseException) -> str:

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from tests.loopback import loopback, loopback_factory
+from tests.ray_kit import ray_instance
 from tests.serve_kit import serve
 
-__all__ = ["loopback", "loopback_factory", "serve"]
+__all__ = ["loopback", "loopback_factory", "ray_instance", "serve"]
 
 _KEY_SUFFIXES = ("_API_KEY", "_API_TOKEN")
 

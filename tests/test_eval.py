@@ -294,7 +294,7 @@ def test_run_check_passes_on_exit_zero_and_keeps_the_output(tmp_path: Path) -> N
 @pytest.mark.parametrize(
     ("toml", "message"),
     [
-        ('name = "x"\n', "tasks: Field required"),
+        ('name = "x"\n', "a suite needs [[tasks]]"),
         ('[[tasks]]\nid = "a"\nprompt = "p"\n[tasks.files]\n"a.py" = ""\n', "task 1 ('a'), field check"),
         ('[[tasks]]\nid = "a"\nprompt = "p"\ncheck = "true"\n', "give the task's files"),
         (

@@ -1,8 +1,8 @@
 """`fugu eval SUITE`: run a task suite per worker and per mode, score each run by the task's check, and store
 the rewards (table `outcomes`) that routers train on.
 
-`main(EvalOptions)` is what the CLI calls; it prints the report (stdout) and progress (stderr). Never imports
-ui or cli.
+`main(EvalOptions)` is what the CLI calls; it prints the report (stdout) and progress (stderr, a live bar on a
+terminal). Runs here or on a Ray cluster (`executor`). Never imports ui or cli.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fugu_cli.errors import FuguError
+from fugu_cli.eval.progress import EvalProgress
 from fugu_cli.eval.report import RunRecord, SuiteReport, format_text
 from fugu_cli.eval.runner import MODES, Arm, plan_arms, run_suite
-from fugu_cli.eval.suite import Suite, Task, load_suite, resolve_suite, shipped_suites
+from fugu_cli.eval.suite import Suite, Task, load_suite, resolve_suite, select_tasks, shipped_suites
 
 __all__ = [
     "MODES",
@@ -42,7 +43,10 @@ class EvalOptions:
     workers: list[str] = field(default_factory=list)
     modes: list[str] = field(default_factory=list)
     repeats: int = 1
-    parallel: int = 2
+    parallel: int | None = None  # runs at once (local default 2; on Ray: the cluster's CPUs)
+    tasks: list[str] = field(default_factory=list)  # task id globs; empty: every task
+    executor: str | None = None  # local | ray (None: [executor] in the config, else local)
+    ray_address: str | None = None
     pool: str | None = None
     router: str | None = None
     max_turns: int | None = None
@@ -54,21 +58,12 @@ class EvalOptions:
 
 def main(options: EvalOptions) -> int:
     """Run the suite; print the report. 0 when it ran (whatever the rewards), 2 for a usage error, 1 when
-    every run crashed before its check."""
+    every run crashed before its check, 130 when interrupted (the finished runs are stored)."""
     from fugu_cli.options import RunOptions
 
-    def progress(r: RunRecord) -> None:
-        mark = "✓" if r.reward >= 1.0 else ("!" if not r.stored else "✗")
-        why = f" ({r.error})" if r.error and not r.stored else ""
-        print(
-            f"{mark} {r.task} / {r.arm} #{r.repeat + 1}: reward {r.reward:g}, ${r.cost_usd:.4f},"
-            f" {r.duration_s:.1f} s{why}",
-            file=sys.stderr,
-            flush=True,
-        )
-
+    progress = EvalProgress.for_stderr()
     try:
-        suite = load_suite(options.suite)
+        suite = select_tasks(load_suite(options.suite), options.tasks)
         opts = RunOptions(
             cwd=options.cwd,
             pool=options.pool,
@@ -84,11 +79,17 @@ def main(options: EvalOptions) -> int:
             repeats=options.repeats,
             parallel=options.parallel,
             keep=options.keep,
-            on_result=progress,
+            on_plan=progress.plan,
+            on_start=progress.started,
+            on_result=progress.finished,
+            executor=options.executor,
+            ray_address=options.ray_address,
         )
     except FuguError as e:
+        progress.close()
         print(f"fugu: {e}", file=sys.stderr)
         return e.exit_code
+    progress.close()
     if options.json_out:
         print(json.dumps(report.to_json(), ensure_ascii=False))
     else:

@@ -1,8 +1,9 @@
 """Running a suite: every task × arm × repeat in a fresh git repo, scored by the task's check, each outcome
-stored in the `outcomes` table for router training.
+stored in the `outcomes` table for router training; here in threads (`eval/local.py`, the default) or as
+tasks on a Ray cluster (`eval/on_ray.py`: `--executor ray` or `[executor] kind = "ray"`).
 
 An arm is one forced worker, "fugu" (the router picks every step) or "ultra" (the conductor). Never prints:
-progress goes to the `on_result` callback.
+progress goes to the `on_start` / `on_result` callbacks.
 """
 
 from __future__ import annotations
@@ -13,44 +14,22 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
-from fugu_cli.app import Resolved, assemble, open_store, resolve
-from fugu_cli.errors import FuguError, UsageError
+from fugu_cli import cluster
+from fugu_cli.app import Resolved, open_store, resolve
+from fugu_cli.errors import UsageError
+from fugu_cli.eval.jobs import Arm, Job, JobContext, JobEvents
 from fugu_cli.eval.report import RunRecord, SuiteReport, build_report
-from fugu_cli.eval.suite import CheckResult, Suite, Task, make_task_repo, restore_protected, run_check
+from fugu_cli.eval.suite import Suite
 from fugu_cli.llm import LLM
 from fugu_cli.options import RunOptions
-from fugu_cli.store import OutcomeRow, Store
+from fugu_cli.store import Store
 from fugu_cli.types import Worker
 
 MODES = ("fugu", "ultra")
 
-
-@dataclass(frozen=True)
-class Arm:
-    name: str  # the worker's name, or "fugu" / "ultra"
-    worker: str | None  # forced worker; None lets the router (or the conductor) choose
-    ultra: bool = False
-
-
-@dataclass(frozen=True)
-class _Job:
-    task: Task
-    arm: Arm
-    repeat: int
-
-
-@dataclass(frozen=True)
-class _Context:
-    suite: Suite
-    resolved: Resolved  # config, pool and router, resolved once where eval started; every run shares them
-    workdir: Path
-    store: Store
-    llm: LLM | None
-    keep: bool
+__all__ = ["MODES", "Arm", "Job", "plan_arms", "run_suite"]
 
 
 def plan_arms(pool: Sequence[Worker], workers: Sequence[str] | None, modes: Sequence[str]) -> list[Arm]:
@@ -82,39 +61,52 @@ def run_suite(
     workers: Sequence[str] | None = None,
     modes: Sequence[str] = (),
     repeats: int = 1,
-    parallel: int = 2,
+    parallel: int | None = None,
     llm: LLM | None = None,
     store: Store | None = None,
     keep: bool = False,
     on_result: Callable[[RunRecord], None] | None = None,
+    on_start: Callable[[Job], None] | None = None,
+    on_plan: Callable[[int], None] | None = None,
+    executor: str | None = None,
+    ray_address: str | None = None,
+    stop: threading.Event | None = None,
 ) -> SuiteReport:
-    """Run every task × arm × repeat (arms in up to `parallel` threads) and store one outcome row per run.
+    """Run every task × arm × repeat and store one outcome row per run (with its session) in `store`.
 
     `opts` gives the pool, router, budget and limits (its cwd is where the pool and config are read); each
-    run gets its own fresh repo and session in full-auto mode. `keep` leaves the task repos on disk.
+    run gets its own fresh repo and session in full-auto mode. Locally up to `parallel` runs at once
+    (default 2); on Ray (`executor`, `ray_address`, or `[executor]` in the config) up to `parallel` on the
+    cluster (default: as many as it has CPUs for). `keep` leaves the task repos on disk (local only);
+    `on_plan` hears the number of runs; `stop` set, or Ctrl-C, cancels the runs (Interrupted).
     """
-    if repeats < 1 or parallel < 1:
+    if repeats < 1 or (parallel is not None and parallel < 1):
         raise UsageError("--repeats and --parallel must be at least 1")
     resolved = resolve(dataclasses.replace(opts, max_turns=opts.max_turns or suite.max_turns))
     arms = plan_arms(resolved.pool, workers, modes)
+    spec = _cluster_spec(resolved, executor, ray_address)
+    if spec is not None and keep:
+        raise UsageError("--keep keeps task repos on this machine: with --executor ray they are on the nodes")
+    if spec is not None and llm is not None:
+        raise ValueError("an injected LLM stays in this process: run_suite with Ray reaches workers by HTTP")
+    jobs = [Job(t, a, r) for r in range(repeats) for t in suite.tasks for a in arms]
+    if on_plan is not None:
+        on_plan(len(jobs))
     workdir = Path(tempfile.mkdtemp(prefix=f"fugu-eval-{suite.name}-"))
     owned = store is None
     store = store if store is not None else open_store()
-    ctx = _Context(suite=suite, resolved=resolved, workdir=workdir, store=store, llm=llm, keep=keep)
-    jobs = [_Job(t, a, r) for r in range(repeats) for t in suite.tasks for a in arms]
+    ctx = JobContext(suite=suite, resolved=resolved, workdir=workdir, store=store, llm=llm, keep=keep)
+    events = _events(on_start, on_result)
     started = time.monotonic()
-    lock = threading.Lock()
-
-    def one(job: _Job) -> RunRecord:
-        record = _run_job(ctx, job)
-        if on_result is not None:
-            with lock:
-                on_result(record)
-        return record
-
     try:
-        with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="fugu-eval") as executor:
-            records = list(executor.map(one, jobs))
+        if spec is None:
+            from fugu_cli.eval.local import run_local
+
+            records = run_local(ctx, jobs, parallel or 2, events, stop or threading.Event())
+        else:
+            from fugu_cli.eval.on_ray import run_ray
+
+            records = run_ray(ctx, jobs, spec, parallel, events, stop or threading.Event())
     finally:
         if owned:
             store.close()
@@ -123,81 +115,28 @@ def run_suite(
     return build_report(suite, [a.name for a in arms], records, time.monotonic() - started, str(workdir))
 
 
-def _run_job(ctx: _Context, job: _Job) -> RunRecord:
-    repo = ctx.workdir / f"{job.task.id}--{job.arm.name}--r{job.repeat}"
-    started = time.monotonic()
-    status, session_id, cost, error = "error", None, 0.0, None
-    try:
-        make_task_repo(job.task, repo)
-        run = dataclasses.replace(
-            ctx.resolved.options,
-            cwd=repo,
-            worker=job.arm.worker,
-            ultra=job.arm.ultra,
-            permission_mode="full-auto",
-            stream=False,
-            resume=None,
-            continue_last=False,
-        )
-        session = assemble(ctx.resolved, run, llm=ctx.llm, store=ctx.store)
-        session_id = session.id
-        cancel = threading.Event()
-        timer = threading.Timer(ctx.suite.turn_timeout_s, cancel.set)
-        timer.daemon = True
-        timer.start()
-        try:
-            result = session.run_turn(job.task.prompt, cancel=cancel)
-        finally:
-            timer.cancel()
-            session.close()  # its MCP servers, if the configuration gives it any
-        status, cost, error = result.status, result.usage.cost_usd, result.error
-        if cancel.is_set():
-            error = f"the turn ran past the suite's turn_timeout_s ({ctx.suite.turn_timeout_s:g} s)"
-    except UsageError:
-        raise
-    except Exception as e:  # a harness or session bug: reported, never stored as the worker's outcome
-        kind = "" if isinstance(e, FuguError) else "crashed: "
-        error = f"{kind}{type(e).__name__}: {e}"
-        return _record(job, "error", session_id, 0.0, cost, None, error, started, stored=False)
-    restore_protected(job.task, repo)
-    check = run_check(job.task, repo)
-    reward = 1.0 if check.passed else 0.0
-    _store_outcome(ctx, job, reward, cost, session_id)
-    if not ctx.keep:
-        shutil.rmtree(repo, ignore_errors=True)
-    return _record(job, status, session_id, reward, cost, check, error, started, stored=True)
+def _cluster_spec(
+    resolved: Resolved, executor: str | None, address: str | None
+) -> cluster.ClusterSpec | None:
+    """Where the jobs run: None here; else the Ray cluster, with the pool's keys in its tasks' environment."""
+    keys = cluster.forwarded_env([w.api_key_env for w in resolved.pool])
+    return cluster.choose(resolved.config.executor, executor, address, keys)
 
 
-def _record(
-    job: _Job,
-    status: str,
-    session_id: str | None,
-    reward: float,
-    cost: float,
-    check: CheckResult | None,
-    error: str | None,
-    started: float,
-    *,
-    stored: bool,
-) -> RunRecord:
-    c = check
-    return RunRecord(
-        task=job.task.id,
-        arm=job.arm.name,
-        repeat=job.repeat,
-        status=status,
-        reward=reward,
-        cost_usd=cost,
-        session_id=session_id,
-        check_exit=None if c is None else c.exit_code,
-        check_timed_out=bool(c and c.timed_out),
-        check_output=c.output if c else "",
-        error=error,
-        duration_s=time.monotonic() - started,
-        stored=stored,
-    )
+def _events(
+    on_start: Callable[[Job], None] | None, on_result: Callable[[RunRecord], None] | None
+) -> JobEvents:
+    """Callbacks made safe to call from several threads at once."""
+    lock = threading.Lock()
 
+    def started(job: Job) -> None:
+        if on_start is not None:
+            with lock:
+                on_start(job)
 
-def _store_outcome(ctx: _Context, job: _Job, reward: float, cost: float, session_id: str | None) -> None:
-    source = f"eval:{ctx.suite.name}"
-    ctx.store.add_outcome(OutcomeRow(job.task.prompt, job.arm.name, reward, cost, source, session_id))
+    def finished(record: RunRecord) -> None:
+        if on_result is not None:
+            with lock:
+                on_result(record)
+
+    return JobEvents(started, finished)

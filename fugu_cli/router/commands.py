@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from fugu_cli.cluster import ClusterSpec, choose
+from fugu_cli.config import load_config
 from fugu_cli.errors import UsageError
 from fugu_cli.router.baselines import knn_scores, logreg_scores, single_scores
 from fugu_cli.router.checkpoint import (
@@ -70,11 +72,18 @@ class TrainOptions:
     prices: Path | None = None
     prices_by_source: dict[str, Path] | None = None  # str(data path) -> its price list, when they differ
     processes: int = 1  # embedding and ES fitness: 1 here, more in spawned processes
+    executor: str | None = None  # local | ray (None: [executor] in the config, else local)
+    ray_address: str | None = None
 
     def sources(self) -> list[Source]:
         paths = [self.data] if isinstance(self.data, Path) else list(self.data)
         each = self.prices_by_source or {}
         return [Source(Path(p), self.split, self.store, each.get(str(p), self.prices)) for p in paths]
+
+
+def _cluster(opts: TrainOptions) -> ClusterSpec | None:
+    """The Ray cluster the flags or `[executor]` ask for (None: train here)."""
+    return choose(load_config(Path.cwd()).executor, opts.executor, opts.ray_address)
 
 
 @dataclass(frozen=True)
@@ -107,7 +116,7 @@ def train_command(
             f"(have {train.n} × {len(train.workers)})."
         )
     cfg = opts.config if opts.stage != "es" else replace(opts.config, epochs=0, svf_targets=())
-    executor = make_executor(opts.processes)
+    executor = make_executor(opts.processes, _cluster(opts))
     try:
         trained = train_stage1(train, cfg, log, executor)
         models = opts.models or {}

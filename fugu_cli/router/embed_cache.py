@@ -76,7 +76,8 @@ def encode_prompts(
             )
         else:
             job = EncodeJob(backbone.id, max_tokens, batch_size)
-            chunks = chunked(new_lines, max(1, len(new_lines) // 512))
+            # at least one chunk per process (or cluster CPU), at most 512 lines each
+            chunks = chunked(new_lines, max(executor.width, -(-len(new_lines) // 512)))
             fresh = [v for part in executor.map(job, chunks) for v in part]
         known.update(zip(todo, fresh, strict=True))
         _save(path, known)
@@ -108,8 +109,9 @@ def encode_lines(
 
 @dataclass(frozen=True)
 class EncodeJob:
-    """`encode_lines` for one chunk, in whatever process an executor runs it: the backbone is loaded by id
-    once per process (one thread each: the processes are the parallelism)."""
+    """`encode_lines` for one chunk, in whatever process an executor runs it (a spawned process, a Ray
+    worker): the backbone is loaded by id once per process (one thread each: the processes are the
+    parallelism)."""
 
     backbone: str
     max_tokens: int

@@ -2,7 +2,7 @@
 
 A fitness is any picklable callable `(x, generation) -> float`; all candidates of one generation see the same
 `generation` number, so a fitness that samples task batches can give them the same batch (fair comparison).
-A generation's candidates are scored through an `Executor` (here, spawned processes, or a cluster later).
+A generation's candidates are scored through an `Executor` (here, spawned processes, or a Ray cluster).
 `OfflineFitness` scores a candidate head by the one objective (normalised reward − λ·USD) of its choices on
 recorded outcomes. Never prints: progress goes to `on_generation`.
 """
@@ -10,7 +10,6 @@ recorded outcomes. Never prints: progress goes to `on_generation`.
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from fugu_cli.router.executor import Executor, chunked, make_executor
+from fugu_cli.router.executor import Executor, chunked, make_executor, worker_process
 
 
 class Fitness(Protocol):
@@ -64,10 +63,14 @@ class _Chunk:
 
     fitness: Fitness
 
+    @property
+    def token(self) -> str | None:
+        return getattr(self.fitness, "token", None)
+
     def __call__(self, items: list[tuple[np.ndarray, int]]) -> list[float]:
         token = getattr(self.fitness, "token", None)
-        child = mp.current_process().name != "MainProcess"  # here the caller's object already keeps its state
-        fit = _BUILT.setdefault(token, self.fitness) if token and child else self.fitness
+        # in the caller's own process its object already keeps its state
+        fit = _BUILT.setdefault(token, self.fitness) if token and worker_process() else self.fitness
         return [float(fit(x, gen)) for x, gen in items]
 
 
@@ -97,7 +100,7 @@ def run_sep_cma(
     es = cma.CMAEvolutionStrategy(x0, config.sigma0, opts)
     own = executor is None
     runner = executor or make_executor(config.processes)
-    width = max(1, config.processes)
+    width = max(1, runner.width)
     best_x, best_f, x0_f = x0.copy(), -math.inf, -math.inf
     history: list[GenerationStats] = []
     try:
@@ -214,7 +217,7 @@ class OfflineFitness:
 
         from fugu_cli.router.head import HeadConfig, SelectionHead
 
-        if mp.current_process().name != "MainProcess":
+        if worker_process():
             torch.set_num_threads(1)  # one core per fitness process
         head = SelectionHead(HeadConfig.from_json(self.head_config)).eval()
         params = list(head.parameters())

@@ -149,6 +149,8 @@ class TrainRequest:
     store: bool
     prices: Path | None = None
     processes: int = 1
+    executor: str | None = None  # local | ray (None: [executor] in the config)
+    ray_address: str | None = None
 
 
 def router_train(req: TrainRequest) -> int:
@@ -177,6 +179,8 @@ def router_train(req: TrainRequest) -> int:
         store=req.store,
         prices=req.prices,
         processes=req.processes,
+        executor=req.executor,
+        ray_address=req.ray_address,
     )
     tty = sys.stderr.isatty()
 

@@ -1,12 +1,20 @@
-"""`fugu eval` through the real CLI: workers measured on a suite, rewards stored for router training."""
+"""`fugu eval` through the real CLI: workers measured on a suite (here or on a Ray instance the CLI starts),
+rewards stored for router training; the humaneval suite; Ctrl-C."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import sqlite3
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
+from fugu_cli.eval import humaneval
+from tests.eval.kit import Responder, write_responder_pool, write_suite
 from tests.helpers import call, fugu, tool_reply, write_pool
 from tests.loopback import LoopbackServer
 
@@ -67,3 +75,70 @@ def test_eval_scores_each_worker_by_the_check_and_stores_outcomes(
     rows = dict(db.execute("SELECT worker, reward FROM outcomes").fetchall())
     assert rows == {"fixer": 1.0, "talker": 0.0}
     assert fugu("eval", "no-such-suite", cwd=tmp_path).code == 2
+
+
+def test_humaneval_through_the_cli_keeps_the_hidden_test_from_the_worker(
+    tmp_path: Path, loopback: LoopbackServer
+) -> None:
+    problem = humaneval.problems()[0]
+    pool = write_pool(
+        tmp_path / "pool.toml", [{"name": "w", "model": "openai/w", "api_base": loopback.base_url}]
+    )
+    solution = problem["prompt"] + problem["canonical_solution"]
+    loopback.script("w", [tool_reply(call("write_file", path="solution.py", content=solution)), "done"])
+    run = fugu(
+        "eval",
+        "humaneval",
+        "--task",
+        "HumanEval-0",
+        "--worker",
+        "w",
+        "--pool",
+        str(pool),
+        "--json",
+        cwd=tmp_path,
+    )
+    assert run.code == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert report["tasks"] == ["HumanEval-0"] and report["cells"] == {"HumanEval-0": {"w": 1.0}}
+    sent = json.dumps([r.body for r in loopback.requests_for("w")])
+    assert len(loopback.requests_for("w")) == 2 and "def check(candidate)" not in sent
+    assert "has_close_elements" in sent  # the problem itself is in the prompt
+
+
+def test_eval_on_ray_from_the_config_and_ctrl_c_stops_a_local_run(tmp_path: Path) -> None:
+    """`[executor] kind = "ray"` in the user's config: the CLI starts a local Ray instance, runs the jobs in
+    its workers and stores what they ship back. Then a local run, held mid-turn, is stopped by Ctrl-C."""
+    home = Path(os.environ["FUGU_HOME"])
+    (home / "config.toml").write_text('[executor]\nkind = "ray"\nnum_cpus = 2\n')
+    ray_tmp = Path(tempfile.mkdtemp(prefix="fugu-ray-cli-", dir="/tmp"))
+    with Responder() as server:
+        pool = write_responder_pool(tmp_path / "pool.toml", server)
+        suite = write_suite(tmp_path / "mini")
+        env = {"RAY_TMPDIR": str(ray_tmp)}
+        run = fugu("eval", str(suite), "--worker", "fixer", "--pool", str(pool), cwd=tmp_path, env=env)
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert run.code == 0, run.stderr
+    assert "✓ add / fixer #1" in run.stderr and "✓ first-n / fixer #1" in run.stderr
+    db = sqlite3.connect(home / "fugu.db")
+    assert sorted(db.execute("SELECT worker, reward FROM outcomes").fetchall()) == [("fixer", 1.0)] * 2
+    assert db.execute("SELECT COUNT(*) FROM sessions").fetchone() == (2,)
+    assert "/fugu-eval-job-" in db.execute("SELECT cwd FROM sessions").fetchone()[0]  # made on the node
+
+    (home / "config.toml").unlink()
+    with Responder(hold=("calc.py", "seq.py"), hold_s=300) as server:
+        pool = write_responder_pool(tmp_path / "pool.toml", server)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fugu_cli", "eval", str(suite), "--worker", "fixer", "--pool", str(pool)],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        server.wait_for("calc.py", 1)
+        server.wait_for("seq.py", 1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)  # long before the held replies would come
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    assert db.execute("SELECT COUNT(*) FROM outcomes").fetchone() == (2,)  # nothing added by the stopped run

@@ -21,6 +21,7 @@ from fugu_cli.router.es import ESConfig
 from fugu_cli.router.svf import apply_svf
 from fugu_cli.router.train import TrainConfig, soft_targets
 from fugu_cli.router.trainer import Stage2
+from tests.ray_kit import RayInstance
 
 COOKING = [
     "bake a sourdough loaf",
@@ -239,3 +240,31 @@ def test_stage_es_alone_starts_from_a_fresh_head(tmp_path: Path) -> None:
         )
     )
     assert res.meta.training["stage"] == "es" and not res.meta.svf_targets and len(res.history) == 2
+
+
+def test_training_on_ray_gives_the_checkpoint_training_here_gives(
+    tmp_path: Path, ray_instance: RayInstance
+) -> None:
+    """The embedding pass and every ES generation's fitness calls run as Ray tasks (`--executor ray`)."""
+    data = write_two_topics(tmp_path / "two")
+    runs = {}
+    for where in ("local", "ray"):
+        runs[where] = train_command(
+            TrainOptions(
+                data,
+                tmp_path / where,
+                stage="both",
+                config=small(tmp_path / f"cache-{where}", svf_targets=(), epochs=40),
+                stage2=Stage2(ESConfig(generations=3, processes=1), batch=16),
+                executor=where,
+            )
+        )
+    here, there = runs["local"], runs["ray"]
+    assert [h.incumbent for h in there.history] == pytest.approx([h.incumbent for h in here.history])
+    timeless = [
+        {k: v for k, v in r.meta.metrics.items() if not k.endswith("_seconds")} for r in (here, there)
+    ]
+    assert json.dumps(timeless[1]) == json.dumps(timeless[0])
+    assert (tmp_path / "ray" / "router.safetensors").read_bytes() == (
+        tmp_path / "local" / "router.safetensors"
+    ).read_bytes()

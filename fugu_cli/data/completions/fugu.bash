@@ -48,6 +48,9 @@ _fugu() {
         "eval|--mode") return ;;
         "eval|--repeats") return ;;
         "eval|--parallel") return ;;
+        "eval|--task") return ;;
+        "eval|--executor") return ;;
+        "eval|--ray-address") return ;;
         "eval|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "eval|--router") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "eval|--max-turns") return ;;
@@ -73,6 +76,8 @@ _fugu() {
         "router train|--threads") return ;;
         "router train|--prices") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "router train|--processes") return ;;
+        "router train|--executor") return ;;
+        "router train|--ray-address") return ;;
         "router eval|--data") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "router eval|--router") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "router eval|--split") return ;;
@@ -90,13 +95,13 @@ _fugu() {
         "doctor") opts="--pool --help" subs="" ;;
         "completion") opts="--help" subs="" ;;
         "demo") opts="--router --keep --help" subs="" ;;
-        "eval") opts="--worker --mode --repeats --parallel --pool --router --max-turns --max-budget-usd --json --keep --help" subs="" ;;
+        "eval") opts="--worker --mode --repeats --parallel --task --executor --ray-address --pool --router --max-turns --max-budget-usd --json --keep --help" subs="" ;;
         "serve") opts="--host --port --pool --permission-mode --api-key --api-key-env --cors-origin --help" subs="" ;;
         "sessions") opts="--limit -n --help" subs="show" ;;
         "sessions show") opts="--help" subs="" ;;
         "router") opts="--help" subs="info train eval" ;;
         "router info") opts="--pool --help" subs="" ;;
-        "router train") opts="--data --out --stage --split --tau --svf --generations --lambda --seed --threads --store --prices --processes --help" subs="" ;;
+        "router train") opts="--data --out --stage --split --tau --svf --generations --lambda --seed --threads --store --prices --processes --executor --ray-address --help" subs="" ;;
         "router eval") opts="--data --router --split --k --json --plot --threads --store --train-data --allow-train-rows --skip-train-rows --prices --lambdas --help" subs="" ;;
         "mcp") opts="--help" subs="list" ;;
         "mcp list") opts="--json --trust-project --help" subs="" ;;

@@ -50,6 +50,9 @@ _fugu() {
         'eval|--mode') return ;;
         'eval|--repeats') return ;;
         'eval|--parallel') return ;;
+        'eval|--task') return ;;
+        'eval|--executor') return ;;
+        'eval|--ray-address') return ;;
         'eval|--pool') _files; return ;;
         'eval|--router') _files; return ;;
         'eval|--max-turns') return ;;
@@ -75,6 +78,8 @@ _fugu() {
         'router train|--threads') return ;;
         'router train|--prices') _files; return ;;
         'router train|--processes') return ;;
+        'router train|--executor') return ;;
+        'router train|--ray-address') return ;;
         'router eval|--data') _files; return ;;
         'router eval|--router') _files; return ;;
         'router eval|--split') return ;;
@@ -98,7 +103,7 @@ _fugu() {
         'demo')
             if [[ "$cur" == -* ]]; then items=('--router:A router checkpoint, or '\''prior'\''.' '--keep:Keep the demo repository.' '--help:Show this message and exit.'); else items=(); fi ;;
         'eval')
-            if [[ "$cur" == -* ]]; then items=('--worker:Evaluate this worker alone (repeatable).' '--mode:fugu (the router picks) or ultra (repeatable).' '--repeats:Runs per task and arm.' '--parallel:Runs at once.' '--pool:A TOML file of [[workers]].' '--router:A router checkpoint for the fugu arm, or '\''prior'\''.' '--max-turns:Most steps per run.' '--max-budget-usd:Stop a run when it has cost this much.' '--json:Print the report as one JSON object.' '--keep:Keep each run'\''s task repo.' '--help:Show this message and exit.'); else items=(); fi ;;
+            if [[ "$cur" == -* ]]; then items=('--worker:Evaluate this worker alone (repeatable).' '--mode:fugu (the router picks) or ultra (repeatable).' '--repeats:Runs per task and arm.' '--parallel:Runs at once (default 2; with Ray: the cluster'\''s CPUs).' '--task:Only tasks whose id matches this glob (repeatable).' '--executor:local (threads here) or ray (a Ray cluster).' '--ray-address:A Ray cluster to join (auto, ray://HOST:10001); none: start one.' '--pool:A TOML file of [[workers]].' '--router:A router checkpoint for the fugu arm, or '\''prior'\''.' '--max-turns:Most steps per run.' '--max-budget-usd:Stop a run when it has cost this much.' '--json:Print the report as one JSON object.' '--keep:Keep each run'\''s task repo.' '--help:Show this message and exit.'); else items=(); fi ;;
         'serve')
             if [[ "$cur" == -* ]]; then items=('--host:Address to listen on (loopback only by default).' '--port:Port (0: any free one).' '--pool:A TOML file of [[workers]].' '--permission-mode:What the agent'\''s tools may do: read-only (default), auto-edit, full-auto; ask refuses.' '--api-key:Require this bearer token.' '--api-key-env:Require the bearer token held in variable VAR.' '--cors-origin:Let web pages from ORIGIN call (repeatable).' '--help:Show this message and exit.'); else items=(); fi ;;
         'sessions')
@@ -110,7 +115,7 @@ _fugu() {
         'router info')
             if [[ "$cur" == -* ]]; then items=('--pool:A TOML file of [[workers]].' '--help:Show this message and exit.'); else items=(); fi ;;
         'router train')
-            if [[ "$cur" == -* ]]; then items=('--data:A data set folder (dataset.toml), or a fugu store; repeat to stack sets.' '--out:The checkpoint directory to write.' '--stage:sft, es or both.' '--split:given[:LABEL] | kfold:K:SEED:FOLD | tasks:A,B | all (default: given, or kfold:5:0:0).' '--tau:Temperature of the soft targets (default: chosen from 0.05, 0.1, 0.2).' '--svf:SVF targets, e.g. last:1; empty: head only.' '--generations:sep-CMA-ES generations.' '--lambda:λ in reward per USD: every stage maximises normalised reward − λ × cost (USD a prompt).' '--seed:' '--threads:' '--store:--data is a fugu store (fugu eval'\''s outcomes).' '--prices:CSV model,input_price_per_mtok,output_price_per_mtok for data without cost.' '--processes:Processes for embedding and stage 2 (1: this one).' '--help:Show this message and exit.'); else items=(); fi ;;
+            if [[ "$cur" == -* ]]; then items=('--data:A data set folder (dataset.toml), or a fugu store; repeat to stack sets.' '--out:The checkpoint directory to write.' '--stage:sft, es or both.' '--split:given[:LABEL] | kfold:K:SEED:FOLD | tasks:A,B | all (default: given, or kfold:5:0:0).' '--tau:Temperature of the soft targets (default: chosen from 0.05, 0.1, 0.2).' '--svf:SVF targets, e.g. last:1; empty: head only.' '--generations:sep-CMA-ES generations.' '--lambda:λ in reward per USD: every stage maximises normalised reward − λ × cost (USD a prompt).' '--seed:' '--threads:' '--store:--data is a fugu store (fugu eval'\''s outcomes).' '--prices:CSV model,input_price_per_mtok,output_price_per_mtok for data without cost.' '--processes:Processes for embedding and stage 2 (1: this one).' '--executor:local (--processes here) or ray: embedding and stage 2 on Ray.' '--ray-address:A Ray cluster to join (auto, ray://HOST:10001); none: start one.' '--help:Show this message and exit.'); else items=(); fi ;;
         'router eval')
             if [[ "$cur" == -* ]]; then items=('--data:A data set folder (dataset.toml), or a fugu store.' '--router:The checkpoint to judge.' '--split:Judge only this part (default: all rows; the held-out part if it trained on this set).' '--k:Neighbours of the kNN baseline.' '--json:Print the figures as one JSON object.' '--plot:Write the reward–cost curves to a PNG.' '--threads:' '--store:--data is a fugu store.' '--train-data:Fit the baselines on this (default: the checkpoint'\''s training data).' '--allow-train-rows:Judge rows the checkpoint trained on too.' '--skip-train-rows:Leave out rows the checkpoint trained on.' '--prices:Price list CSV for a data set without cost.' '--lambdas:Comma-separated λ values to sweep (reward per USD).' '--help:Show this message and exit.'); else items=(); fi ;;
         'mcp')
