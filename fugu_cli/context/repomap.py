@@ -2,7 +2,8 @@
 what the task and transcript mention, rendered into a token budget (each definition as its first line).
 
 The only module that imports tree-sitter (lazily, from `tree-sitter-language-pack`). Tags are cached per file
-by mtime and size under FUGU_HOME. Never prints; a file that cannot be parsed is left out.
+by mtime and size under FUGU_HOME, and the token counts of the map's lines beside them. Never prints; a file
+that cannot be parsed is left out.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from fugu_cli.types import Message
 CACHE_VERSION = 1
 MAX_FILES = 5_000
 MAX_FILE_BYTES = 512 * 1024
+MAX_COUNTED_LINES = 20_000  # map lines whose token counts are kept per repository
 MENTION_WINDOW = 30  # newest messages whose words count as mentions
 HEADER = "Repository map (the most relevant definitions, ranked; read a file for the rest):"
 
@@ -130,6 +132,7 @@ class RepoMap:
         self.counter = counter
         key = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:16]
         self.cache_path = cache_dir / f"{key}.json"
+        self.counts_path = cache_dir / f"{key}.counts"
 
     def render(self, messages: Sequence[Message], budget: int) -> str:
         """The map for a transcript within `budget` tokens ('' when no file has a definition)."""
@@ -137,14 +140,17 @@ class RepoMap:
         ranked = rank(tags, mentions(messages))
         if not ranked:
             return ""
+        counts = LineCounts(self.counts_path, self.counter)
         lo, hi, best = 1, len(ranked), ""
         while lo <= hi:  # the most definitions that fit
             mid = (lo + hi) // 2
-            text = _render(ranked[:mid])
-            if at_most(text) <= budget or self.counter.text(None, text) <= budget:  # no tokenizer if plain
+            lines = _lines(ranked[:mid])
+            text = "\n".join(lines)
+            if at_most(text) <= budget or counts.bound(lines) <= budget:  # no tokenizer if plain
                 best, lo = text, mid + 1
             else:
                 hi = mid - 1
+        counts.save()
         return best
 
     def tags(self) -> dict[str, FileTags]:
@@ -359,7 +365,7 @@ def _pagerank(
     return rank_
 
 
-def _render(pairs: Sequence[tuple[str, Definition]]) -> str:
+def _lines(pairs: Sequence[tuple[str, Definition]]) -> list[str]:
     by_file: dict[str, list[Definition]] = defaultdict(list)
     order: list[str] = []
     for path, d in pairs:
@@ -371,4 +377,49 @@ def _render(pairs: Sequence[tuple[str, Definition]]) -> str:
         lines.append(f"{path}:")
         rows = sorted({d.line: d for d in by_file[path]}.values(), key=lambda d: d.line)
         lines += [f"  {d.line}: {d.text}" for d in rows]
-    return "\n".join(lines)
+    return lines
+
+
+class LineCounts:
+    """Token counts of the map's lines, kept on disk per repository and counter, so a map whose lines were
+    counted before is fitted to its budget without loading a tokenizer (loading tiktoken's encoding is 100 ms
+    or more of a launch). A map's count is bounded by the sum of its lines' counts, each line with its newline
+    and one token of slack: byte-level BPE splits text into pieces before merging and a line with its newline
+    never shares a piece with the next line, and a characters-per-token estimate rounds each line down by less
+    than one token."""
+
+    def __init__(self, path: Path, counter: TokenCounter) -> None:
+        self.path = path
+        self.counter = counter
+        self.kind = type(counter).__name__
+        self._known: dict[str, int] = {}
+        self._new = False
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(data, dict) and data.get("counter") == self.kind:
+                self._known = {k: v for k, v in data.get("lines", {}).items() if isinstance(v, int)}
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def bound(self, lines: Sequence[str]) -> int:
+        total = 0
+        for line in lines:
+            n = self._known.get(line)
+            if n is None:
+                n = self._known[line] = self.counter.text(None, line + "\n")
+                self._new = True
+            total += n + 1
+        return total
+
+    def save(self) -> None:
+        if not self._new:
+            return
+        keep = dict(list(self._known.items())[-MAX_COUNTED_LINES:])  # the newest lines
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"counter": self.kind, "lines": keep}), encoding="utf-8")
+            tmp.replace(self.path)
+        except OSError:
+            pass  # counted again next time
+        self._new = False

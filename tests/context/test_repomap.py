@@ -110,3 +110,47 @@ def test_the_map_goes_with_the_turn_and_no_repo_map_turns_it_off(tmp_path: Path)
         assert bool(maps) is expect
         if expect:
             assert sent[-2] == maps[0] and "def total_area(shapes):" in (maps[0].content or "")
+
+
+class _Tiktoken(CharTokens):
+    """The gpt-4 encoding fugu counts maps with, counting its calls."""
+
+    def __init__(self) -> None:
+        from fugu_cli.llm.modelinfo import tiktoken_counter
+
+        found = tiktoken_counter("cl100k_base")
+        assert found is not None
+        self.exact = found
+        self.calls = 0
+
+    def text(self, worker: object, text: str) -> int:
+        self.calls += 1
+        return int(self.exact(text))
+
+
+def test_line_counts_fit_the_budget_and_a_second_run_loads_no_tokenizer(tmp_path: Path) -> None:
+    root = _repo(tmp_path)
+    lines = [f"def f{i}(x, y={i}):\n    return x * {i} + y  # {i}\n" for i in range(300)]
+    (root / "py" / "big.py").write_text("".join(lines))
+    ask = [Message("user", "look around")]
+    for budget in (60, 250, 1000):
+        counter = _Tiktoken()
+        text = RepoMap(root, tmp_path / f"cache{budget}", counter).render(ask, budget)
+        exact = counter.exact(text)
+        # within the budget, and not far under it: one token of slack a line is all the bound costs
+        assert budget * 0.8 <= exact <= budget, (budget, exact)
+        again = _Tiktoken()
+        assert RepoMap(root, tmp_path / f"cache{budget}", again).render(ask, budget) == text
+        assert again.calls == 0  # every line was counted by the first run
+    (root / "py" / "big.py").write_text("def g(x):\n    return x\n")
+    changed = _Tiktoken()
+    text = RepoMap(root, tmp_path / "cache1000", changed).render(ask, 1000)
+    assert "def g(x):" in text and 0 < changed.calls < 10  # only the new lines are counted
+
+
+def test_a_characters_estimate_is_bounded_too(tmp_path: Path) -> None:
+    root = _repo(tmp_path)
+    (root / "py" / "many.py").write_text("".join(f"def h{i}(): pass\n" for i in range(200)))
+    for budget in (40, 150, 600):
+        text = RepoMap(root, tmp_path / "cache", CharTokens()).render([Message("user", "hi")], budget)
+        assert len(text) // 4 <= budget
