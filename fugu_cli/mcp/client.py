@@ -12,8 +12,9 @@ import asyncio
 import base64
 import json
 import logging
+import os
 import subprocess
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -97,6 +98,7 @@ async def _stdio(
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=stderr if stderr is not None else subprocess.DEVNULL,
+        readable=_named_folders([spec.command or "", *spec.args]),
     )
     assert proc.stdout is not None and proc.stdin is not None
     loop = asyncio.get_running_loop()
@@ -243,3 +245,13 @@ def _contents_text(c: Any) -> str:
         return str(c.text)
     size = len(base64.b64decode(getattr(c, "blob", "") or "", validate=False))
     return f"[binary {getattr(c, 'mime_type', '') or 'data'} at {c.uri}, {size} bytes: not shown]"
+
+
+def _named_folders(argv: Sequence[str]) -> list[Path]:
+    """The folders of the files a server's command line names (its program, a script and what sits beside
+    it), which the sandbox keeps readable even under a private /tmp."""
+    found = []
+    for arg in argv:
+        if os.sep in arg and os.path.isfile(arg):
+            found.append(Path(arg).resolve().parent)
+    return found

@@ -15,6 +15,7 @@ import os
 import selectors
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -155,6 +156,11 @@ def _hidden(policy: SandboxPolicy) -> list[Path]:
     return [p for p in dict.fromkeys(paths) if p.exists() and p != Path("/")]
 
 
+def _own_environment() -> list[str]:
+    """The folders of the Python that runs fugu (its virtual environment and the interpreter's own)."""
+    return [sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))]
+
+
 def _inside(path: Path, other: Path) -> bool:
     return path == other or path.is_relative_to(other)
 
@@ -184,17 +190,25 @@ def bwrap_options(
     writable: Sequence[Path] = (),
     protect: bool = True,
     whole_fs: bool = False,
+    readable: Sequence[Path] = (),
 ) -> list[str]:
     """bwrap's options (everything before `--`) for a command working in `workspace`.
 
     `whole_fs` (git's worktree bookkeeping, which must see every worktree wherever it is) keeps the real
-    /tmp and hides nothing; the filesystem stays read-only outside the binds.
+    /tmp and hides nothing; the filesystem stays read-only outside the binds. `readable`: folders under /tmp
+    the command must still see, read-only (fugu's own Python environment always is, so a hook or server that
+    uses the tools installed beside fugu finds them wherever that environment lives).
     """
     opts = ["--unshare-all", "--die-with-parent", "--new-session"]
     if policy.allow_network:
         opts.append("--share-net")
     opts += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     opts += [] if whole_fs else ["--tmpfs", "/tmp"]
+    if not whole_fs:
+        tmp = Path("/tmp").resolve()
+        seen = [Path(p).resolve() for p in _own_environment()] + [Path(p).resolve() for p in readable]
+        for p in dict.fromkeys(p for p in seen if p.is_relative_to(tmp) and p != tmp and p.exists()):
+            opts += ["--ro-bind", str(p), str(p)]
     hidden = [] if whole_fs else _hidden(policy)
     write = policy.mode == "workspace-write"
     gits = git_dirs(workspace)
@@ -240,6 +254,7 @@ def spawn(
     stderr: int | IO[bytes] | None = subprocess.STDOUT,
     protect: bool = True,
     whole_fs: bool = False,
+    readable: Sequence[Path] = (),
 ) -> tuple[subprocess.Popen[bytes], bool]:
     """Start `argv` in `cwd` inside the sandbox; return (process, sandboxed).
 
@@ -264,7 +279,8 @@ def spawn(
             start_new_session=True,
         )
         return proc, False
-    options = [*bwrap_options(policy, cwd, writable, protect, whole_fs), "--chdir", str(cwd.resolve())]
+    options = bwrap_options(policy, cwd, writable, protect, whole_fs, readable)
+    options += ["--chdir", str(cwd.resolve())]
     read_fd, write_fd = os.pipe()
     try:
         # options go through a pipe: the sandbox's /proc/1/cmdline shows none of fugu's paths

@@ -163,3 +163,15 @@ def test_a_session_without_servers_imports_no_mcp_code(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[-1] == "[]"
+
+
+def test_a_stdio_servers_named_files_are_readable_in_the_sandbox(tmp_path: Path) -> None:
+    from fugu_cli.mcp.client import _named_folders
+
+    script = tmp_path / "srv" / "server.py"
+    script.parent.mkdir()
+    script.write_text("")
+    assert _named_folders([sys.executable, str(script), "--port", "3", "not/a/file"]) == [
+        Path(sys.executable).resolve().parent,
+        script.parent.resolve(),
+    ]

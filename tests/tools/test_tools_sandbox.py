@@ -121,6 +121,35 @@ def test_spawn_serves_a_long_lived_process_until_killed(repo: Path) -> None:
     proc.stdout.close()
 
 
+def test_folders_under_tmp_that_a_command_needs_stay_readable(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A private /tmp hides everything under /tmp but the workspace: fugu's own Python environment and the
+    folders a caller names (an MCP server's script) stay visible there, read-only."""
+    assert tmp_path.resolve().is_relative_to(Path("/tmp").resolve())
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "hello.sh").write_text("echo hello from $(basename $(dirname $0))\n")
+    env = tmp_path / "venv"
+    (env / "bin").mkdir(parents=True)
+    (env / "bin" / "tool").write_text("a tool")
+
+    def out(readable: list[Path]) -> str:
+        proc, sandboxed = sb.spawn(["bash", str(tools / "hello.sh")], cwd=repo, readable=readable)
+        assert sandboxed and proc.stdout is not None
+        said = proc.stdout.read().decode()
+        proc.wait()
+        proc.stdout.close()
+        return said
+
+    assert "No such file" in out([])
+    assert out([tools]) == "hello from tools\n"
+    assert "No such file" in text(sh(f"cat {env}/bin/tool", repo))
+    monkeypatch.setattr(sb, "_own_environment", lambda: [str(env)])
+    assert text(sh(f"cat {env}/bin/tool; touch {env}/x", repo)).startswith("a tool")
+    assert not (env / "x").exists()
+
+
 def test_without_bwrap_one_notice_and_the_minimal_environment(
     repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
