@@ -38,6 +38,24 @@ def unknown_price_warning(worker: Worker) -> str:
     )
 
 
+def no_usage_warning(worker: Worker) -> str:
+    return (
+        f"worker {worker.name} reported no token counts (its server sent no usage), so its tokens and cost "
+        "count as 0; a server that honours stream_options.include_usage reports them."
+    )
+
+
+def _free(worker: Worker) -> bool:
+    return worker.price_in == 0 and worker.price_out == 0
+
+
+def _once(key: str, warning: str) -> str | None:
+    with _warned_lock:
+        first = key not in _warned
+        _warned.add(key)
+    return warning if first else None
+
+
 class PriceBook:
     """Adds `cost_usd` to usage; the first time a model has no known price (per process), also a warning."""
 
@@ -56,6 +74,8 @@ class PriceBook:
         warning = None
         if cost is None:
             cost, warning = self._table_cost(worker, usage)
+        if warning is None and not usage.prompt_tokens and not usage.completion_tokens and not _free(worker):
+            warning = _once(f"usage:{worker.name}", no_usage_warning(worker))
         return replace(usage, cost_usd=cost), warning
 
     def _cached_ratio(self, model: str) -> float:
@@ -77,7 +97,4 @@ class PriceBook:
             )
             return float(cost_in) + float(cost_out), None
         except Exception:
-            with _warned_lock:
-                first = worker.model not in _warned
-                _warned.add(worker.model)
-            return 0.0, unknown_price_warning(worker) if first else None
+            return 0.0, _once(worker.model, unknown_price_warning(worker))

@@ -141,3 +141,23 @@ def test_table_priced_cached_tokens_use_litellms_cached_price() -> None:
     own_in = Worker("c", "anthropic/claude-sonnet-4-5-20250929", price_in=3.0, price_out=15.0)
     mine, _ = book.cost(own_in, Usage(prompt_tokens=1_000_000, cached_tokens=1_000_000))
     assert mine.cost_usd == pytest.approx(0.3)
+
+
+def test_a_reply_without_token_counts_is_said_once_per_worker(loopback: LoopbackServer) -> None:
+    """A server that sends no usage leaves tokens and cost at 0: the user hears it once, not silently."""
+    from fugu_cli.llm.pricing import PriceBook
+    from fugu_cli.types import Usage
+
+    book = PriceBook(load_litellm)
+    priced = Worker("no-usage-a", "openai/x", price_in=1.0, price_out=2.0)
+    _, first = book.cost(priced, Usage())
+    _, second = book.cost(priced, Usage())
+    assert first is not None and "no-usage-a reported no token counts" in first and second is None
+    free = Worker("no-usage-b", "openai/x", price_in=0.0, price_out=0.0)
+    assert book.cost(free, Usage())[1] is None
+    assert book.cost(Worker("no-usage-c", "openai/x", price_in=1.0), Usage(prompt_tokens=5))[1] is None
+    # end to end: the loopback answers with zero counts, the completion carries the warning for the notice
+    zero = Worker("no-usage-d", "openai/test-model", api_base=loopback.base_url, price_in=1.0, price_out=2.0)
+    loopback.script("test-model", [{"content": "hi", "usage": {"prompt_tokens": 0, "completion_tokens": 0}}])
+    done = LiteLLMClient(FAST).complete(zero, TASK, [])
+    assert done.usage.cost_usd == 0 and any("no-usage-d reported no token counts" in w for w in done.warnings)
