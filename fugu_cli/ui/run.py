@@ -356,8 +356,9 @@ def _final(output_format: str, result: TurnResult, out: IO[str]) -> None:
             err(f"{len(result.denied)} tool call(s) were refused: {refused}")
         cost = f"${result.usage.cost_usd:.4f}"
         used = ", ".join(f"{n} ×{w.steps}" for n, w in result.workers.items())
+        steps = f"{result.num_turns} step" + ("" if result.num_turns == 1 else "s")
         print(
-            f"  {result.num_turns} steps · {used or 'no worker'} · {cost} · session {result.session_id}",
+            f"  {steps} · {used or 'no worker'} · {cost} · session {result.session_id}",
             file=sys.stderr,
         )
     out.flush()
