@@ -364,12 +364,15 @@ def silent() -> Iterator[SilentServer]:
 SILENT = ClientConfig(timeout_s=20.0, max_retries=2, backoff_base_s=0.01, first_byte_timeout_s=0.5)
 
 
-@pytest.mark.parametrize("shown", [True, False], ids=["text-shown", "text-not-shown"])
+# through litellm a reply nobody shows is asked whole: it has timeout_s only (the next test)
+@pytest.mark.parametrize(
+    ("path", "shown"),
+    [("direct", True), ("direct", False), ("litellm", True)],
+    ids=["direct-text-shown", "direct-text-not-shown", "litellm-text-shown"],
+)
 def test_silent_worker_is_cut_off_after_the_first_byte_timeout_without_retry(
     path: str, silent: SilentServer, shown: bool
 ) -> None:
-    if path == "litellm" and not shown:
-        pytest.skip("through litellm a reply nobody shows is asked whole: timeout_s only (the next test)")
     client = LiteLLMClient(on(path, SILENT))
     worker = Worker(name="w-mute", model="openai/test-model", api_base=silent.base_url)
     load_litellm()  # its import is not the worker's silence
@@ -381,11 +384,16 @@ def test_silent_worker_is_cut_off_after_the_first_byte_timeout_without_retry(
     assert silent.connections == 1 and silent.posts == 1
 
 
-def test_whole_replies_have_the_overall_timeout_only(path: str, silent: SilentServer) -> None:
+@pytest.mark.parametrize(
+    ("path", "stream"),
+    [("direct", False), ("litellm", False), ("litellm", True)],
+    ids=["direct-stream-off", "litellm-stream-off", "litellm-text-not-shown"],
+)
+def test_whole_replies_have_the_overall_timeout_only(path: str, stream: bool, silent: SilentServer) -> None:
     """`[llm] stream = false` (and litellm's calls whose text nobody shows): a whole reply shows no sign of
     life before it is complete, which may rightly take long, so only `timeout_s` (retried as ever) cuts a
     silent worker."""
-    config = dataclasses.replace(SILENT, stream=False, timeout_s=1.5, max_retries=0)
+    config = dataclasses.replace(SILENT, stream=stream, timeout_s=1.5, max_retries=0)
     worker = Worker(name="w-mute", model="openai/test-model", api_base=silent.base_url)
     load_litellm()
     start = time.monotonic()
