@@ -14,10 +14,10 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fugu_cli.app import Resolved
 from fugu_cli.errors import Interrupted, ProviderError
@@ -31,6 +31,8 @@ from fugu_cli.serve.params import ChatRequest, text_of
 from fugu_cli.serve.wire import AllWorkersFailed, ApiError
 from fugu_cli.store import Store, new_session_id
 from fugu_cli.types import Message, RouteDecision, RouteState, ToolCall, Usage, Worker
+
+T = TypeVar("T")
 
 log = logging.getLogger("fugu")
 
@@ -141,41 +143,36 @@ class PassThrough:
     def complete(self, req: ChatRequest, cancel: threading.Event) -> dict[str, Any]:
         """The worker's chat.completion, with the client's model name and a `fugu` field."""
         session = self.session_for(req)
-        failures: list[ProviderError] = []
-        while True:
-            call = self._route(req, session, failures)
-            try:
-                reply = self.forwarder.complete(call.worker, req.params, cancel)
-            except Interrupted:
-                self._record(call, Usage(), "interrupted", "")
-                raise
-            except ProviderError as e:
-                self._record(call, Usage(), "provider_error", str(e))
-                failures.append(e)
-                continue
-            choices = reply.body.get("choices") or [{}]
-            message = choices[0].get("message") or {}
-            self._record(call, reply.usage, "ok", _summary(message))
-            if len(choices) == 1:
-                self._learn(req, session, message)
-            return reply.body | {"model": req.model, "fugu": call.fugu(reply.usage)}
+        call, reply = self._failover(req, session, lambda w: self.forwarder.complete(w, req.params, cancel))
+        choices = reply.body.get("choices") or [{}]
+        message = choices[0].get("message") or {}
+        self._record(call, reply.usage, "ok", _summary(message))
+        if len(choices) == 1:
+            self._learn(req, session, message)
+        return reply.body | {"model": req.model, "fugu": call.fugu(reply.usage)}
 
     def stream(self, req: ChatRequest, cancel: threading.Event) -> tuple[Call, Iterator[dict[str, Any]]]:
         """Opens the stream (failing over until a worker sends its first chunk): the call and its chunks."""
         session = self.session_for(req)
+        call, opened = self._failover(req, session, lambda w: self.forwarder.stream(w, req.params, cancel))
+        return call, self._relay(req, call, opened)
+
+    def _failover(
+        self, req: ChatRequest, session: PassSession, send: Callable[[Worker], T]
+    ) -> tuple[Call, T]:
+        """Route and `send` until a worker answers; each failed try is a ledger row and is masked for the
+        next decision (`_route` raises once none is left)."""
         failures: list[ProviderError] = []
         while True:
             call = self._route(req, session, failures)
             try:
-                opened = self.forwarder.stream(call.worker, req.params, cancel)
+                return call, send(call.worker)
             except Interrupted:
                 self._record(call, Usage(), "interrupted", "")
                 raise
             except ProviderError as e:
                 self._record(call, Usage(), "provider_error", str(e))
                 failures.append(e)
-                continue
-            return call, self._relay(req, call, opened)
 
     def _relay(self, req: ChatRequest, call: Call, opened: ForwardStream) -> Iterator[dict[str, Any]]:
         """The worker's chunks, then one usage chunk (no choices) with fugu's cost; recorded at the end."""
