@@ -132,7 +132,7 @@ class RepoMap:
         self.counter = counter
         key = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:16]
         self.cache_path = cache_dir / f"{key}.json"
-        self.counts_path = cache_dir / f"{key}.counts"
+        self.counts = LineCounts(cache_dir / f"{key}.counts", counter)  # read once, kept for every turn
 
     def render(self, messages: Sequence[Message], budget: int) -> str:
         """The map for a transcript within `budget` tokens ('' when no file has a definition)."""
@@ -140,7 +140,7 @@ class RepoMap:
         ranked = rank(tags, mentions(messages))
         if not ranked:
             return ""
-        counts = LineCounts(self.counts_path, self.counter)
+        counts = self.counts
         lo, hi, best = 1, len(ranked), ""
         while lo <= hi:  # the most definitions that fit
             mid = (lo + hi) // 2
@@ -392,16 +392,22 @@ class LineCounts:
         self.path = path
         self.counter = counter
         self.kind = type(counter).__name__
-        self._known: dict[str, int] = {}
+        self._known: dict[str, int] | None = None  # read from `path` on first use
         self._new = False
+
+    def _load(self) -> dict[str, int]:
+        known: dict[str, int] = {}
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(self.path.read_text(encoding="utf-8"))
             if isinstance(data, dict) and data.get("counter") == self.kind:
-                self._known = {k: v for k, v in data.get("lines", {}).items() if isinstance(v, int)}
+                known = {k: v for k, v in data.get("lines", {}).items() if isinstance(v, int)}
         except (OSError, ValueError, AttributeError):
             pass
+        return known
 
     def bound(self, lines: Sequence[str]) -> int:
+        if self._known is None:
+            self._known = self._load()
         total = 0
         for line in lines:
             n = self._known.get(line)
@@ -412,7 +418,7 @@ class LineCounts:
         return total
 
     def save(self) -> None:
-        if not self._new:
+        if not self._new or self._known is None:
             return
         keep = dict(list(self._known.items())[-MAX_COUNTED_LINES:])  # the newest lines
         try:
