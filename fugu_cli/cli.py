@@ -467,6 +467,28 @@ def sessions_show(
     raise typer.Exit(admin.sessions_show(session_id))
 
 
+class ExportFormat(StrEnum):
+    md = "md"
+    json = "json"
+    html = "html"
+
+
+@sessions_app.command("export")
+def sessions_export(
+    session_id: Annotated[str, typer.Argument(help="A session id (a unique prefix will do).")],
+    fmt: Annotated[
+        ExportFormat, typer.Option("--format", "-f", help="md (Markdown), json or html.")
+    ] = ExportFormat.md,
+    out: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write to this file (default: stdout).")
+    ] = None,
+) -> None:
+    """Write a session as a readable transcript: each routing decision, tool call, diff and cost, redacted."""
+    from fugu_cli.ui import admin
+
+    raise typer.Exit(admin.sessions_export(session_id, fmt.value, out))
+
+
 @router_app.command("info")
 def router_info(
     checkpoint: Annotated[
@@ -653,7 +675,8 @@ def main(argv: list[str] | None = None) -> Any:
     root = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False, add_completion=False)
     root.command(
         help=(run.__doc__ or "")
-        + "\n\nCommands: fugu pool | fugu sessions [show ID] | fugu router info|train|eval | fugu eval SUITE"
-        " | fugu serve | fugu acp | fugu mcp list | fugu demo | fugu doctor | fugu completion SHELL"
+        + "\n\nCommands: fugu pool | fugu sessions [show|export ID] | fugu router info|train|eval"
+        " | fugu eval SUITE | fugu serve | fugu acp | fugu mcp list | fugu demo | fugu doctor"
+        " | fugu completion SHELL"
     )(run)
     return root(args=args, prog_name="fugu", obj=notes)
