@@ -8,13 +8,25 @@ stderr and the log).
 from __future__ import annotations
 
 import asyncio
+import os
+import stat
+import sys
 from typing import Any, cast
 
 from fugu_cli.options import RunOptions
 
 
 def main(opts: RunOptions) -> int:
-    """Serve ACP on stdin/stdout until the client closes stdin."""
+    """Serve ACP on stdin/stdout until the client closes stdin; exit 2 when they are not pipes."""
+    for fd, name in ((0, "stdin"), (1, "stdout")):
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
+            print(
+                f"fugu: fugu acp talks over pipes: its {name} is a file. An editor starts it with pipes "
+                "(README.md: In your editor)",
+                file=sys.stderr,
+            )
+            return 2
     return asyncio.run(_serve(opts))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -181,3 +182,14 @@ def test_load_resumes_a_saved_session_in_a_new_process(tmp_path: Path, loopback:
     messages = loopback.requests_for("alpha")[-1].messages
     assert [m["content"] for m in messages if m["role"] == "user"][:1] == ["remember the number 42"]
     assert any(m["role"] == "assistant" and m["content"] == "Noted: 42." for m in messages)
+
+
+def test_a_file_for_stdout_is_a_clear_usage_error(tmp_path: Path) -> None:
+    out = tmp_path / "out.txt"
+    with out.open("w") as f:
+        run = subprocess.run(
+            [sys.executable, "-m", "fugu_cli", "acp"], input="", stdout=f, stderr=subprocess.PIPE, text=True
+        )
+    assert run.returncode == 2
+    assert "fugu acp talks over pipes: its stdout is a file" in run.stderr
+    assert out.read_text() == ""
