@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acp import PROTOCOL_VERSION, RequestError
-from acp.helpers import update_current_mode
+from acp.helpers import update_agent_thought_text, update_available_commands, update_current_mode
 from acp.schema import (
     AgentCapabilities,
+    AvailableCommand,
+    AvailableCommandInput,
     EmbeddedResourceContentBlock,
     Implementation,
     InitializeResponse,
@@ -43,6 +45,7 @@ from acp.schema import (
     SetSessionModeResponse,
     TextContentBlock,
     TextResourceContents,
+    UnstructuredCommandInput,
     Usage,
 )
 
@@ -126,6 +129,7 @@ class FuguAgent:
         self, cwd: str, mcp_servers: Sequence[Any] | None = None, **_: Any
     ) -> NewSessionResponse:
         live = await self._open(cwd, mcp_servers, resume=None)
+        self._commands(live)
         return NewSessionResponse(
             session_id=live.session.id, modes=_modes(live.mode), config_options=self._options(live)
         )
@@ -136,6 +140,7 @@ class FuguAgent:
         live = await self._open(cwd, mcp_servers, resume=session_id)
         for update in replay(live.session.messages):
             self.outbox.note(live.session.id, update)
+        self._commands(live)
         await self.outbox.flush()
         return LoadSessionResponse(modes=_modes(live.mode), config_options=self._options(live))
 
@@ -223,7 +228,18 @@ class FuguAgent:
     # ---------------------------------------------------------------------------------------------------
 
     def _turn(self, live: _Live, text: str, cancel: threading.Event) -> TurnResult:
-        sid = live.session.id
+        """One turn; a prompt that is a custom command or an MCP prompt (`/fix-issue 12`) runs as its
+        prompt, with its worker and allowed tools, as in the REPL and stream-json."""
+        from fugu_cli.ui.commands import parse
+        from fugu_cli.ui.custom import attach_resources, resolve
+
+        session, sid = live.session, live.session.id
+        parsed = parse(text.strip())
+        prompted = resolve(session, *parsed) if parsed is not None else None
+        worker, allow = (prompted.worker, prompted.allow) if prompted is not None else (None, ())
+        for note in prompted.notes if prompted is not None else ():
+            self.outbox.note(sid, update_agent_thought_text(note + "\n"))
+        text, _ = attach_resources(prompted.prompt if prompted is not None else text, session)
 
         def emit(event: Event) -> None:
             with live.lock:
@@ -231,7 +247,23 @@ class FuguAgent:
                 for update in live.translator.updates(event):
                     self.outbox.note(sid, update)
 
-        return live.session.run_turn(text, emit, cancel, stream=True)
+        with session.turn_settings(worker, allow):
+            return session.run_turn(text, emit, cancel, stream=True)
+
+    def _commands(self, live: _Live) -> None:
+        """Tell the client the custom commands and MCP prompts it can offer after `/`."""
+        from fugu_cli.ui.custom import described
+
+        commands = [
+            AvailableCommand(
+                name=name,
+                description=help or name,
+                input=AvailableCommandInput(root=UnstructuredCommandInput(hint=hint)) if hint else None,
+            )
+            for name, help, hint in described(live.session.config.root, live.session)
+        ]
+        if commands:
+            self.outbox.note(live.session.id, update_available_commands(commands))
 
     async def _open(self, cwd: str, servers: Sequence[Any] | None, resume: str | None) -> _Live:
         opts = dataclasses.replace(

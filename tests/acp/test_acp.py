@@ -17,6 +17,7 @@ from acp.schema import (
     AgentMessageChunk,
     AgentThoughtChunk,
     AllowedOutcome,
+    AvailableCommandsUpdate,
     ClientCapabilities,
     RequestPermissionResponse,
     ToolCallProgress,
@@ -127,6 +128,9 @@ def test_an_edit_granted_in_the_editor_changes_the_file_and_the_next_prompt_sees
 
 def test_cancel_stops_a_slow_step_and_the_session_goes_on(tmp_path: Path, loopback: LoopbackServer) -> None:
     repo = make_repo(tmp_path / "repo")
+    (repo / ".fugu" / "commands").mkdir(parents=True)
+    greet = "---\ndescription: Greet someone\nargument-hint: NAME\n---\nSay hello to $ARGUMENTS, briefly.\n"
+    (repo / ".fugu" / "commands" / "greet.md").write_text(greet)
     loopback.script("alpha", [{"content": "too late", "delay_s": 60}, "Here after the cancel."])
     editor = Editor()
 
@@ -139,7 +143,7 @@ def test_cancel_stops_a_slow_step_and_the_session_goes_on(tmp_path: Path, loopba
             await asyncio.sleep(0.05)
         await conn.cancel(session_id=new.session_id)
         cancelled = await slow
-        after = await conn.prompt(session_id=new.session_id, prompt=[text_block("still there?")])
+        after = await conn.prompt(session_id=new.session_id, prompt=[text_block("/greet Bob")])
         return cancelled, after
 
     cancelled, after = _drive(editor, repo, _pool(tmp_path, loopback), body)
@@ -149,6 +153,10 @@ def test_cancel_stops_a_slow_step_and_the_session_goes_on(tmp_path: Path, loopba
     assert editor.said() == "Here after the cancel."
     second = loopback.requests_for("alpha")[-1].messages
     assert any("take your time" in str(m["content"]) for m in second if m["role"] == "user")
+    # the repository's custom command is offered after `/`, and `/greet Bob` runs as its prompt
+    [offered] = [u for u in editor.updates if isinstance(u, AvailableCommandsUpdate)]
+    assert [(c.name, c.input.root.hint) for c in offered.available_commands] == [("greet", "NAME")]
+    assert [m["content"] for m in second if m["role"] == "user"][-1].startswith("Say hello to Bob, briefly.")
 
 
 def test_load_resumes_a_saved_session_in_a_new_process(tmp_path: Path, loopback: LoopbackServer) -> None:
