@@ -196,6 +196,8 @@ class FuguAgent:
         live.running = live.asker.cancel = cancel
         try:
             result = await asyncio.get_running_loop().run_in_executor(None, self._turn, live, text, cancel)
+        except FuguError as e:  # e.g. a custom command whose worker is not in the pool
+            raise RequestError.invalid_params({"details": str(e)}) from None
         finally:
             live.running = None
         await self.outbox.flush()
