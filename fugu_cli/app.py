@@ -19,6 +19,7 @@ from fugu_cli.config import Config, fugu_home, load_config, user_config_path
 from fugu_cli.context import ContextPolicy
 from fugu_cli.context.instructions import Instructions
 from fugu_cli.errors import ConfigError, UsageError
+from fugu_cli.events import Emit
 from fugu_cli.extension_config import ExtensionConfig, load_extensions, parse_mcp_config
 from fugu_cli.hooks import HookEnv, Hooks, ToolHooks
 from fugu_cli.ledger import Ledger
@@ -313,8 +314,17 @@ def assemble(
         hooks=hooks if hooks else None,
         mcp=mcp,
         instructions=instructions,
+        observers=_observers(config, resolved.pool),
     )
     return Session(deps, session_config, messages)
+
+
+def _observers(config: Config, pool: Sequence[Worker]) -> tuple[Emit, ...]:
+    """Who sees every event besides the front end: the telemetry exporter, when it is on."""
+    from fugu_cli import telemetry
+
+    export = telemetry.observer(config.telemetry, pool)
+    return (export,) if export is not None else ()
 
 
 def system_prompt(

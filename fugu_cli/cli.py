@@ -14,7 +14,19 @@ import typer
 
 from fugu_cli import __version__
 
-SUBCOMMANDS = ("pool", "sessions", "router", "demo", "eval", "serve", "doctor", "completion", "mcp", "help")
+SUBCOMMANDS = (
+    "pool",
+    "sessions",
+    "router",
+    "demo",
+    "eval",
+    "serve",
+    "acp",
+    "doctor",
+    "completion",
+    "mcp",
+    "help",
+)
 
 app = typer.Typer(
     name="fugu",
@@ -392,6 +404,47 @@ def serve_cmd(
     raise typer.Exit(serve.main(options))
 
 
+@app.command("acp")
+def acp_cmd(
+    pool: Annotated[str | None, typer.Option("--pool", help="A TOML file of [[workers]].")] = None,
+    worker: Annotated[str | None, typer.Option("--worker", help="Force this worker for every step.")] = None,
+    router: Annotated[
+        str | None, typer.Option("--router", help="A router checkpoint directory, 'default' or 'prior'.")
+    ] = None,
+    permission_mode: Annotated[
+        PermissionChoice | None,
+        typer.Option("--permission-mode", help="The sessions' starting mode (default ask: the editor asks)."),
+    ] = None,
+    max_turns: Annotated[
+        int | None, typer.Option("--max-turns", min=1, help="Most steps per prompt.")
+    ] = None,
+    max_budget_usd: Annotated[
+        float | None,
+        typer.Option("--max-budget-usd", min=0.0, help="Stop a prompt when it has cost this much."),
+    ] = None,
+    trust_project: Annotated[
+        bool, typer.Option("--trust-project", help="Obey the repositories' own .fugu/config.toml in full.")
+    ] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Also print fugu's log on stderr.")] = False,
+) -> None:
+    """Serve the Agent Client Protocol on stdin/stdout: fugu as the agent of an editor (Zed, JetBrains)."""
+    from fugu_cli import acp, logs
+    from fugu_cli.options import RunOptions
+    from fugu_cli.options import permission_mode as mode_named
+
+    logs.setup(debug=debug)
+    opts = RunOptions(
+        pool=pool,
+        worker=worker,
+        router=router,
+        permission_mode=mode_named(permission_mode.value) if permission_mode else None,
+        max_turns=max_turns,
+        max_budget_usd=max_budget_usd,
+        trust_project=trust_project,
+    )
+    raise typer.Exit(acp.main(opts))
+
+
 @sessions_app.callback(invoke_without_command=True)
 def sessions_list(
     ctx: typer.Context,
@@ -412,6 +465,28 @@ def sessions_show(
     from fugu_cli.ui import admin
 
     raise typer.Exit(admin.sessions_show(session_id))
+
+
+class ExportFormat(StrEnum):
+    md = "md"
+    json = "json"
+    html = "html"
+
+
+@sessions_app.command("export")
+def sessions_export(
+    session_id: Annotated[str, typer.Argument(help="A session id (a unique prefix will do).")],
+    fmt: Annotated[
+        ExportFormat, typer.Option("--format", "-f", help="md (Markdown), json or html.")
+    ] = ExportFormat.md,
+    out: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write to this file (default: stdout).")
+    ] = None,
+) -> None:
+    """Write a session as a readable transcript: each routing decision, tool call, diff and cost, redacted."""
+    from fugu_cli.ui import admin
+
+    raise typer.Exit(admin.sessions_export(session_id, fmt.value, out))
 
 
 @router_app.command("info")
@@ -600,7 +675,8 @@ def main(argv: list[str] | None = None) -> Any:
     root = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False, add_completion=False)
     root.command(
         help=(run.__doc__ or "")
-        + "\n\nCommands: fugu pool | fugu sessions [show ID] | fugu router info|train|eval | fugu eval SUITE"
-        " | fugu serve | fugu mcp list | fugu demo | fugu doctor | fugu completion SHELL"
+        + "\n\nCommands: fugu pool | fugu sessions [show|export ID] | fugu router info|train|eval"
+        " | fugu eval SUITE | fugu serve | fugu acp | fugu mcp list | fugu demo | fugu doctor"
+        " | fugu completion SHELL"
     )(run)
     return root(args=args, prog_name="fugu", obj=notes)

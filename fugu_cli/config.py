@@ -179,6 +179,19 @@ class ExecutorSettings(BaseModel):
     max_retries: int = Field(default=3, ge=0)  # re-runs of a job whose worker process or node died
 
 
+class TelemetrySettings(BaseModel):
+    """`[telemetry]`: OpenTelemetry export (fugu_cli/telemetry.py). Off unless `enabled = true`, or unset
+    and an `OTEL_EXPORTER_OTLP_*ENDPOINT` variable is set; a repository's own config cannot turn it on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool | None = None
+    endpoint: str | None = None  # OTLP/HTTP base URL (http://collector:4318); default: the OTEL_* variables
+    headers: dict[str, str] = Field(default_factory=dict)  # e.g. an API key of the backend (redacted)
+    service_name: str | None = None  # default: OTEL_SERVICE_NAME, else "fugu"
+    metrics: bool = True
+
+
 class Config(BaseModel):
     """The merged configuration."""
 
@@ -203,6 +216,7 @@ class Config(BaseModel):
     mcp_servers: dict[str, McpServerSettings] = Field(default_factory=dict)
     hooks: dict[HookEventName, list[HookSettings]] = Field(default_factory=dict)
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
+    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     # what an untrusted project config asked for and did not get ("workers", "permission_mode=full-auto")
     _ignored: tuple[str, ...] = PrivateAttr(default=())
     _trusted: bool = PrivateAttr(default=False)

@@ -102,6 +102,7 @@ class SessionDeps:
     hooks: Hooks | None = None  # SessionStart, UserPromptSubmit and Stop (tool hooks run in the agent)
     mcp: McpManager | None = None  # the session's MCP servers, stopped by `close`
     instructions: Instructions | None = None  # the AGENTS.md / CLAUDE.md files loaded (for /memory)
+    observers: tuple[Emit, ...] = ()  # see every event of every turn too (telemetry export)
 
 
 class Session:
@@ -165,6 +166,7 @@ class Session:
             self._catch_up()
             self.turn += 1
             turn = self.turn
+            emit = _observed(emit, self.deps.observers)
             clock = _TurnClock(emit)
             emit = clock.emit
             io = TurnIO(emit=emit, cancel=cancel, stream=self.config.stream if stream is None else stream)
@@ -480,6 +482,19 @@ def _refusal(sid: str, reason: str, wall_ms: float) -> TurnResult:
         error=reason,
         duration_ms=wall_ms,
     )
+
+
+def _observed(emit: Emit, observers: Sequence[Emit]) -> Emit:
+    """`emit`, with each observer seeing the event first."""
+    if not observers:
+        return emit
+
+    def both(event: Event) -> None:
+        for observe in observers:
+            observe(event)
+        emit(event)
+
+    return both
 
 
 def _sayer(sid: str, emit: Emit) -> Callable[[str], None]:

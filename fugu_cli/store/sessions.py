@@ -15,6 +15,7 @@ from fugu_cli.store.rows import (
     CompactionRecord,
     CompactionRow,
     SessionRow,
+    TurnRow,
 )
 from fugu_cli.types import Message, dumps
 
@@ -192,6 +193,14 @@ class SessionTables(Connection):
             "UPDATE turns SET status=?, result=?, cost_usd=? WHERE session_id=? AND turn=?",
             (status, redact(result), cost_usd, sid, turn),
         )
+
+    def turns(self, sid: str) -> list[TurnRow]:
+        rows = self.query(
+            "SELECT turn, task, status, result, cost_usd, created_at FROM turns WHERE session_id=?"
+            " ORDER BY turn",
+            (sid,),
+        )
+        return [TurnRow(**dict(r)) for r in rows]
 
     def set_checkpoint(self, sid: str, turn: int, checkpoint: str | None) -> None:
         self._execute("UPDATE turns SET checkpoint=? WHERE session_id=? AND turn=?", (checkpoint, sid, turn))

@@ -134,6 +134,29 @@ def sessions_show(session_id: str) -> int:
     return 0
 
 
+def sessions_export(session_id: str, fmt: str, out: Path | None) -> int:
+    """Write the session as Markdown, JSON or HTML to `out` (stdout when None)."""
+    from fugu_cli.app import open_store
+    from fugu_cli.ui import export
+
+    store = open_store()
+    row = store.get_session(session_id)
+    if row is None:
+        err(f"no session {session_id!r} (or the prefix is ambiguous); list them with: fugu sessions")
+        return 2
+    text = export.render(export.session_document(store, row.id), fmt)
+    if out is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as e:
+        err(f"cannot write {out}: {e.strerror or e}")
+        return 2
+    err(f"wrote session {row.id} to {out}")
+    return 0
+
+
 @dataclass(frozen=True)
 class TrainRequest:
     data: tuple[Path, ...]

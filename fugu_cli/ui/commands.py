@@ -336,6 +336,29 @@ def _sessions(ctx: Context, arg: str) -> None:
     _say(ctx, "/resume ID continues one", "dim")
 
 
+def _export(ctx: Context, arg: str) -> None:
+    """`/export [md|json|html] [FILE]`: the session so far as a readable transcript (default Markdown, in
+    fugu-SESSION.md here)."""
+    from pathlib import Path
+
+    from fugu_cli.app import open_store
+    from fugu_cli.errors import UsageError
+    from fugu_cli.ui import export
+
+    words = arg.split(None, 1)
+    fmt = words.pop(0) if words and words[0] in export.FORMATS else "md"
+    if words and words[0].split()[0] in export.FORMATS:
+        raise UsageError(f"/export {arg}: give the format first, then the file")
+    sid = ctx.session.id
+    path = Path(words[0]).expanduser() if words else Path(f"fugu-{sid}.{fmt}")
+    text = export.render(export.session_document(open_store(), sid), fmt)
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+    _say(ctx, f"wrote this session ({fmt}) to {path}", "green")
+
+
 def _resume(ctx: Context, arg: str) -> None:
     if not arg:
         _say(ctx, "usage: /resume ID (/sessions lists them)", "yellow")
@@ -403,6 +426,7 @@ COMMANDS: dict[str, Command] = {
         Command("compact", "[FOCUS]", "replace older steps by a summary now (keeping FOCUS)", _compact),
         Command("map", "", "the repo map the workers get at the start of a turn", _map),
         Command("trace", "", "who did what in this session: each step's worker, why, tools, cost", _trace),
+        Command("export", "[md|json|html] [FILE]", "write this session as a readable transcript", _export),
         Command("diff", "[PATH]", "uncommitted changes in the repository", _diff),
         Command("undo", "", "restore the files to before the last edited turn's first edit", _undo),
         Command(

@@ -53,7 +53,10 @@ def complete(*words: str) -> list[str]:
 @pytest.mark.parametrize(
     ("words", "expected"),
     [
-        (("",), ["pool", "doctor", "completion", "demo", "eval", "serve", "sessions", "router", "mcp"]),
+        (
+            ("",),
+            ["pool", "doctor", "completion", "demo", "eval", "serve", "acp", "sessions", "router", "mcp"],
+        ),
         (("mcp", ""), ["list"]),
         (("mcp", "list", "--"), ["--json", "--trust-project", "--help"]),
         (("--perm",), ["--permission-mode", "--permission-prompt-tool"]),
@@ -72,7 +75,8 @@ def complete(*words: str) -> list[str]:
             ],
         ),
         (("--output-format", "s"), ["stream-json"]),
-        (("sessions", ""), ["show"]),
+        (("sessions", ""), ["show", "export"]),
+        (("sessions", "export", "x", "--format", ""), ["md", "json", "html"]),
         (("sessions", "--l"), ["--limit"]),
         (("--continue", "router", ""), ["info", "train", "eval"]),
         (("pool", "--j"), ["--json"]),

@@ -10,10 +10,12 @@ _fugu() {
             "|demo") sub="demo" ;;
             "|eval") sub="eval" ;;
             "|serve") sub="serve" ;;
+            "|acp") sub="acp" ;;
             "|sessions") sub="sessions" ;;
             "|router") sub="router" ;;
             "|mcp") sub="mcp" ;;
             "sessions|show") sub="sessions show" ;;
+            "sessions|export") sub="sessions export" ;;
             "router|info") sub="router info" ;;
             "router|train") sub="router train" ;;
             "router|eval") sub="router eval" ;;
@@ -62,7 +64,15 @@ _fugu() {
         "serve|--api-key") return ;;
         "serve|--api-key-env") return ;;
         "serve|--cors-origin") return ;;
+        "acp|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "acp|--worker") return ;;
+        "acp|--router") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "acp|--permission-mode") COMPREPLY=($(compgen -W "ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan dontAsk" -- "$cur")); return ;;
+        "acp|--max-turns") return ;;
+        "acp|--max-budget-usd") return ;;
         "sessions|--limit"|"sessions|-n") return ;;
+        "sessions export|--format"|"sessions export|-f") COMPREPLY=($(compgen -W "md json html" -- "$cur")); return ;;
+        "sessions export|--output"|"sessions export|-o") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "router info|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "router train|--data") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "router train|--out") COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -90,15 +100,17 @@ _fugu() {
     esac
     local opts="" subs=""
     case "$sub" in
-        "") opts="-p --print --output-format --max-turns --max-budget-usd --worker --model --pool --permission-mode --allowedTools --allowed-tools --disallowedTools --disallowed-tools --tools --system-prompt --system-prompt-file --append-system-prompt --input-format --permission-prompt-tool --include-partial-messages --yes -y --continue -c --resume -r --router --cost-weight --ultra --plan --verbose --trust-project --debug --no-repo-map --mcp-config --strict-mcp-config --version --help" subs="pool doctor completion demo eval serve sessions router mcp" ;;
+        "") opts="-p --print --output-format --max-turns --max-budget-usd --worker --model --pool --permission-mode --allowedTools --allowed-tools --disallowedTools --disallowed-tools --tools --system-prompt --system-prompt-file --append-system-prompt --input-format --permission-prompt-tool --include-partial-messages --yes -y --continue -c --resume -r --router --cost-weight --ultra --plan --verbose --trust-project --debug --no-repo-map --mcp-config --strict-mcp-config --version --help" subs="pool doctor completion demo eval serve acp sessions router mcp" ;;
         "pool") opts="--pool --json --help" subs="" ;;
         "doctor") opts="--pool --help" subs="" ;;
         "completion") opts="--help" subs="" ;;
         "demo") opts="--router --keep --help" subs="" ;;
         "eval") opts="--worker --mode --repeats --parallel --task --executor --ray-address --pool --router --max-turns --max-budget-usd --json --keep --help" subs="" ;;
         "serve") opts="--host --port --pool --permission-mode --api-key --api-key-env --cors-origin --help" subs="" ;;
-        "sessions") opts="--limit -n --help" subs="show" ;;
+        "acp") opts="--pool --worker --router --permission-mode --max-turns --max-budget-usd --trust-project --debug --help" subs="" ;;
+        "sessions") opts="--limit -n --help" subs="show export" ;;
         "sessions show") opts="--help" subs="" ;;
+        "sessions export") opts="--format -f --output -o --help" subs="" ;;
         "router") opts="--help" subs="info train eval" ;;
         "router info") opts="--pool --help" subs="" ;;
         "router train") opts="--data --out --stage --split --tau --svf --generations --lambda --seed --threads --store --prices --processes --executor --ray-address --help" subs="" ;;
