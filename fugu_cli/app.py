@@ -215,7 +215,26 @@ def build_session(
     row = _resumed_row(store, opts) if opts.resuming else None
     saved = [Worker(**w) for w in json.loads(row.pool_json)] if row else []
     resolved = resolve(opts, saved_pool=saved, router_process=router_process)
-    return assemble(resolved, opts, llm=llm, approver=approver, store=store, tokens=tokens)
+    session = assemble(resolved, opts, llm=llm, approver=approver, store=store, tokens=tokens)
+    # a person reads this session's output: advice is theirs once per FUGU_HOME (`fugu doctor` repeats it)
+    session.config.hints = tuple(h for h in session.config.hints if first_time(h))
+    return session
+
+
+def first_time(text: str) -> bool:
+    """Whether `text` is said for the first time in this FUGU_HOME (and from now on it has been). A home that
+    cannot be written says it every time."""
+    import hashlib
+
+    folder = fugu_home() / "said"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / hashlib.sha256(text.encode()).hexdigest()[:24]).open("x").close()
+    except FileExistsError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def assemble(
