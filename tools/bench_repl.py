@@ -135,7 +135,8 @@ class Repl:
         self.wait_prompt()
 
     def close(self) -> None:
-        self.child.sendcontrol("d")
+        time.sleep(0.5)  # a key sent before the prompt switches the tty to raw mode is lost
+        self.child.send("/exit\r")
         self.child.expect(pexpect.EOF, timeout=300)  # a loaded machine: shutdown alone took 35 s once
         self.child.close()
 
