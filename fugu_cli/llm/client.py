@@ -155,7 +155,7 @@ class LiteLLMClient:
         return self.config.direct and is_openai_compatible(worker)
 
     def needs_litellm(self, worker: Worker) -> bool:
-        """Whether a call to `worker` imports litellm: to translate it, or to price its reply from the table."""
+        """Whether a call to `worker` needs litellm: to translate it, or to price its reply from the table."""
         return not self.is_direct(worker) or self.prices.needs_table(worker)
 
     def complete(

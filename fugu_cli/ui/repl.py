@@ -1,8 +1,8 @@
 """The interactive REPL: read a line, run it as a slash command or a turn, render the turn, repeat.
 
-The prompt appears before anything heavy loads: the session (pool probe, router) is built, and litellm imported
-if a worker needs it, in a background thread started after the first prompt is drawn; the first turn waits only
-if that is not done.
+The prompt appears before anything heavy loads: the session (pool probe, router) is built, and litellm
+imported if a worker needs it, in a background thread started after the first prompt is drawn; the first turn
+waits only if that is not done.
 Each turn runs in its own thread so Ctrl-C in the main thread can cancel it; approvals come back here.
 """
 
