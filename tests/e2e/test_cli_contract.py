@@ -125,7 +125,6 @@ def test_path_outside_repo_and_no_terminal_refusals(tmp_path: Path, loopback: Lo
 def test_hanging_shell_is_killed_on_time(tmp_path: Path, loopback: LoopbackServer) -> None:
     repo = make_repo(tmp_path / "repo")
     loopback.script("solo", [tool_reply(call("shell", command="sleep 60", timeout_s=1)), "timed out"])
-    started = time.monotonic()
     run = fugu(
         "-p",
         "wait",
@@ -138,8 +137,8 @@ def test_hanging_shell_is_killed_on_time(tmp_path: Path, loopback: LoopbackServe
     )
     assert run.code == 0, run.stderr
     # bounded by the 60 s sleep it proves was cut, not by a guess at this machine's speed: the command's own
-    # time in the ledger is a fraction of it, and the whole run ended before the sleep would have
-    assert time.monotonic() - started < 60
+    # time in the ledger is a fraction of it (the whole run's wall time is not: at load 24 on two cores
+    # starting fugu alone took a minute)
     with sqlite3.connect(Path(os.environ["FUGU_HOME"]) / "fugu.db") as db:
         (took_ms,) = db.execute("SELECT duration_ms FROM tool_calls WHERE tool = 'shell'").fetchone()
     assert took_ms < 30_000
