@@ -89,12 +89,12 @@ def test_fugu_sesions_exits_2_with_the_suggestion_and_sends_nothing(tmp_path: Pa
     with LoopbackServer() as server:
         worker = {"name": "w", "model": "openai/w", "api_base": server.base_url}
         pool = write_pool(tmp_path / "pool.toml", [worker])
-        typo = fugu("sesions", "--pool", str(pool), cwd=repo, stdin="")
+        typo = fugu("sesions", "--pool", str(pool), cwd=repo, stdin="", timeout=600)
         assert typo.code == 2
         assert "did you mean `sessions`?" in typo.stderr
         assert "fugu -p sesions" in typo.stderr
         assert typo.stdout == ""
         assert server.requests == []  # not even the pool's reachability probe
-        asked = fugu("-p", "sesions", "--pool", str(pool), cwd=repo)
+        asked = fugu("-p", "sesions", "--pool", str(pool), cwd=repo, timeout=600)  # a loaded machine is slow
         assert asked.code == 0, asked.stderr
         assert any(r.method == "POST" for r in server.requests)  # -p sends it as the task it says it is
