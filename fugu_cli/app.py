@@ -158,6 +158,35 @@ def router_choice(config: Config, pool: Sequence[Worker]) -> tuple[RouterSource,
     return RouterSource(path, config.cost_weight), f"router = {spec} is configured"
 
 
+class SharedParts:
+    """What the sessions assembled from one Resolved share (a server's, an eval run's): the LLM client, so one
+    HTTP connection pool and its TLS context (about 1 MiB of native memory each) serve them all, and the token
+    counter, so one bounded cache of counts does. Made on first use."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._llm: LLM | None = None
+        self._tokens: TokenCounter | None = None
+
+    def llm(self, config: Config) -> LLM:
+        with self._lock:
+            if self._llm is None:
+                self._llm = make_llm(config)
+            return self._llm
+
+    def tokens(self, config: Config) -> TokenCounter:
+        with self._lock:
+            if self._tokens is None:
+                self._tokens = make_tokens(config)
+            return self._tokens
+
+    def __getstate__(self) -> dict[str, object]:
+        return {}  # pickled to a cluster node (fugu eval on Ray): the node makes its own
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__init__()  # type: ignore[misc]
+
+
 @dataclass(frozen=True)
 class Resolved:
     """Configuration, pool and router, resolved once from run options; sessions are assembled from it."""
@@ -167,6 +196,7 @@ class Resolved:
     pool: tuple[Worker, ...]
     routers: RouterSource = field(compare=False)
     router_reason: str = ""  # why this router (said once when the shipped router cannot serve the pool)
+    shared: SharedParts = field(default_factory=SharedParts, compare=False, repr=False)
 
     @property
     def names(self) -> list[str]:
@@ -216,7 +246,26 @@ def build_session(
     row = _resumed_row(store, opts) if opts.resuming else None
     saved = [Worker(**w) for w in json.loads(row.pool_json)] if row else []
     resolved = resolve(opts, saved_pool=saved, router_process=router_process)
-    return assemble(resolved, opts, llm=llm, approver=approver, store=store, tokens=tokens)
+    session = assemble(resolved, opts, llm=llm, approver=approver, store=store, tokens=tokens)
+    # a person reads this session's output: advice is theirs once per FUGU_HOME (`fugu doctor` repeats it)
+    session.config.hints = tuple(h for h in session.config.hints if first_time(h))
+    return session
+
+
+def first_time(text: str) -> bool:
+    """Whether `text` is said for the first time in this FUGU_HOME (and from now on it has been). A home that
+    cannot be written says it every time."""
+    import hashlib
+
+    folder = fugu_home() / "said"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / hashlib.sha256(text.encode()).hexdigest()[:24]).open("x").close()
+    except FileExistsError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def assemble(
@@ -269,7 +318,7 @@ def assemble(
         registry = registry.with_source(McpTools(mcp))
     around: list[ToolHooks] = [hooks] if hooks else []
     agent = AgentDeps(
-        llm=llm or make_llm(config),
+        llm=llm or resolved.shared.llm(config),
         tools=_tools(registry, opts),
         tool_ctx=tool_ctx,
         hooks=(*around, instructions),
@@ -279,7 +328,8 @@ def assemble(
         role_prompt=role_instructions,
         context=context_policy(
             config,
-            tokens or (make_tokens(config) if llm is None else CharTokens(config.context.output_reserve)),
+            tokens
+            or (resolved.shared.tokens(config) if llm is None else CharTokens(config.context.output_reserve)),
         ),
     )
     session_config = SessionConfig(

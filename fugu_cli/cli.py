@@ -666,7 +666,17 @@ def main(argv: list[str] | None = None) -> Any:
         return app(args=args, prog_name="fugu")
     from fugu_cli.compat import screen_argv
     from fugu_cli.errors import UsageError
+    from fugu_cli.ui.argv import near_subcommand
 
+    typo = near_subcommand(args, SUBCOMMANDS)
+    if typo is not None:
+        word, name = typo
+        print(
+            f"fugu: {word!r} is not a command; did you mean `{name}`? (to send it to the workers as a task: "
+            f"fugu -p {word})",
+            file=sys.stderr,
+        )
+        return 2
     try:
         args, notes = screen_argv(args)
     except UsageError as e:

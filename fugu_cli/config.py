@@ -10,22 +10,29 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import threading
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
+from types import UnionType
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
+from fugu_cli import __version__
 from fugu_cli.errors import ConfigError
 from fugu_cli.options import project_config_path
 from fugu_cli.types import PermissionMode
+
+# Validators are built on first use, not when this module is imported: a run whose layers were validated
+# before builds its Config from the cache (`load_config`) and never needs them.
+_STRICT = ConfigDict(extra="forbid", defer_build=True)
 
 
 class WorkerConfig(BaseModel):
     """One `[[workers]]` table, as a user writes it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     name: str = Field(min_length=1)
     model: str = Field(min_length=1)
@@ -40,7 +47,7 @@ class WorkerConfig(BaseModel):
 
 
 class LLMSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     timeout_s: float = Field(default=120.0, gt=0)
     max_retries: int = Field(default=3, ge=0)
@@ -51,7 +58,7 @@ class LLMSettings(BaseModel):
 
 
 class PermissionSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     allow: list[str] = Field(default_factory=list)
     deny: list[str] = Field(default_factory=list)
@@ -63,7 +70,7 @@ SandboxModeName = Literal["read-only", "workspace-write", "off"]
 class SandboxSettings(BaseModel):
     """`[sandbox]`: how every command fugu starts is confined (see docs/SECURITY.md)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     mode: SandboxModeName = "workspace-write"
     allow_network: bool = False
@@ -75,14 +82,14 @@ class SandboxSettings(BaseModel):
 class ToolSettings(BaseModel):
     """`[tools]`: bounds on tool output and what fugu keeps."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     output_tokens: int = Field(default=8000, ge=250)  # one tool result, estimated as characters / 4
     keep_checkpoint_sessions: int = Field(default=20, ge=1)
 
 
 class UltraSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     conductor: str | None = None
     max_depth: int = Field(default=2, ge=0)
@@ -94,7 +101,7 @@ class UltraSettings(BaseModel):
 class ContextSettings(BaseModel):
     """`[context]`: how fugu keeps every request inside its worker's window."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     compact_at: float = Field(default=0.8, gt=0.1, le=1.0)  # share of the chosen worker's window
     summarizer: str | None = None  # the worker that writes summaries (default: the cheapest that fits)
@@ -108,7 +115,7 @@ class ContextSettings(BaseModel):
 class McpServerSettings(BaseModel):
     """`[mcp_servers.NAME]`: an MCP server, started as a command (stdio) or reached at a URL (HTTP)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     command: str | None = None
     args: list[str] = Field(default_factory=list)
@@ -134,7 +141,7 @@ class McpServerSettings(BaseModel):
 class HookCommandSettings(BaseModel):
     """One command of a Claude-style matcher group: `{type = "command", command = "...", timeout = 10}`."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     type: Literal["command"] = "command"
     command: str = Field(min_length=1)
@@ -145,7 +152,7 @@ class HookSettings(BaseModel):
     """One `[[hooks.EVENT]]` entry: a matcher and a command (fugu's flat form) or a list of commands (Claude's
     nested form)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     matcher: str = ""
     command: str | None = None
@@ -170,7 +177,7 @@ HookEventName = Literal["PreToolUse", "PostToolUse", "UserPromptSubmit", "Stop",
 class ExecutorSettings(BaseModel):
     """`[executor]`: where `fugu eval` jobs and router training run (README.md, Running on a cluster)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     kind: Literal["local", "ray"] = "local"
     address: str | None = None  # ray: "auto", "ray://head:10001"; none: a local Ray instance
@@ -195,7 +202,7 @@ class TelemetrySettings(BaseModel):
 class Config(BaseModel):
     """The merged configuration."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     router: str | None = None
     cost_weight: float | None = Field(default=None, ge=0)  # λ, reward per USD; None: the router's own
@@ -396,6 +403,18 @@ def load_config(cwd: Path, overrides: dict[str, Any] | None = None, *, trust_pro
     if overrides:
         layers.append(("flags", {k: v for k, v in overrides.items() if v is not None}))
     merged: dict[str, Any] = {}
+    for _, layer in layers:
+        merged = _merge(merged, layer)
+    config = _cached(merged) or _validated(layers)
+    config._ignored = tuple(ignored)
+    config._trusted = trusted
+    return config
+
+
+def _validated(layers: Sequence[tuple[str, dict[str, Any]]]) -> Config:
+    """Each layer checked on top of the ones below it (so an error names the file that caused it); the result
+    is kept in the cache for the next run with the same layers."""
+    merged: dict[str, Any] = {}
     for source, layer in layers:
         merged = _merge(merged, layer)
         try:
@@ -403,9 +422,78 @@ def load_config(cwd: Path, overrides: dict[str, Any] | None = None, *, trust_pro
         except ValidationError as e:
             raise ConfigError(f"invalid setting in {source}: {explain(e)}") from e
     config = Config.model_validate(merged)
-    config._ignored = tuple(ignored)
-    config._trusted = trusted
+    _cache_write("config", merged, config.model_dump(mode="json"))
     return config
+
+
+def _cached(merged: dict[str, Any]) -> Config | None:
+    """The Config the same layers validated to last time, built without validating: pydantic's validators
+    were the largest cost of a run's start. None when the layers differ."""
+    found = _cache_read("config", merged)
+    config = _construct(Config, found) if isinstance(found, dict) else None
+    return config if isinstance(config, Config) else None
+
+
+def workers_from_tables(items: Sequence[Any]) -> list[WorkerConfig]:
+    """`[[workers]]` tables (of a pool file) validated, or built as they validated last time; raises
+    ValidationError for the first bad one."""
+    found = _cache_read("pool", items)
+    if isinstance(found, list):
+        return [_construct(WorkerConfig, w) for w in found]
+    workers = [WorkerConfig.model_validate(item) for item in items]
+    _cache_write("pool", items, [w.model_dump(mode="json") for w in workers])
+    return workers
+
+
+def _cache_key(data: Any) -> str:
+    """What was validated and this fugu's schema: a changed setting or an edited config.py misses."""
+    import hashlib
+
+    here = os.stat(__file__)
+    raw = json.dumps([__version__, here.st_mtime_ns, here.st_size, data], sort_keys=True, default=repr)
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def _cache_read(name: str, data: Any) -> Any:
+    """What `data` validated to last time (one entry per name, under FUGU_HOME/cache); None on a miss."""
+    try:
+        entry = json.loads((fugu_home() / "cache" / f"{name}.json").read_text(encoding="utf-8"))
+        return entry["value"] if entry.get("key") == _cache_key(data) else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _cache_write(name: str, data: Any, value: Any) -> None:
+    path = fugu_home() / "cache" / f"{name}.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps({"key": _cache_key(data), "value": value}), encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        pass  # no cache this time: the next run validates again
+
+
+def _construct(kind: Any, value: Any) -> Any:
+    """`value` (a validated model's JSON dump) as `kind`, models built with `model_construct` (no checks)."""
+    import typing
+
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if isinstance(kind, type) and issubclass(kind, BaseModel):
+        fields = {
+            name: _construct(field.annotation, value[name])
+            for name, field in kind.model_fields.items()
+            if name in value
+        }
+        return kind.model_construct(**fields)
+    if origin is list and isinstance(value, list):
+        return [_construct(args[0], v) for v in value]
+    if origin is dict and isinstance(value, dict):
+        return {k: _construct(args[1], v) for k, v in value.items()}
+    if origin in (typing.Union, UnionType) and value is not None:
+        models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+        return _construct(models[0], value) if models else value
+    return value
 
 
 def explain(e: ValidationError, root: type[BaseModel] | None = None) -> str:

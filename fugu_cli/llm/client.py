@@ -143,14 +143,20 @@ class LiteLLMClient:
         self.direct = DirectClient(self.config.timeout_s)
         self.wire = WireCache()
 
-    def warm(self) -> None:
-        """Import litellm now (about 3 s), e.g. in a background thread while the user types."""
+    def warm(self, workers: Sequence[Worker] = ()) -> None:
+        """Open the HTTP client, and import litellm (about 3 s and 150 MiB) when a call to one of `workers`
+        needs it (all of them: when none are given); e.g. in a background thread while the user types."""
         self.direct.warm()
-        load_litellm()
+        if not workers or any(self.needs_litellm(w) for w in workers):
+            load_litellm()
 
     def is_direct(self, worker: Worker) -> bool:
         """Whether calls to `worker` skip litellm."""
         return self.config.direct and is_openai_compatible(worker)
+
+    def needs_litellm(self, worker: Worker) -> bool:
+        """Whether a call to `worker` needs litellm: to translate it, or to price its reply from the table."""
+        return not self.is_direct(worker) or self.prices.needs_table(worker)
 
     def complete(
         self,

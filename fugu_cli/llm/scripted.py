@@ -76,7 +76,7 @@ class ScriptedLLM:
     def workers_called(self) -> list[str]:
         return [c.worker for c in self.calls]
 
-    def warm(self) -> None:
+    def warm(self, workers: Sequence[Worker] = ()) -> None:
         """Nothing to set up: replies are in memory."""
 
     def complete(

@@ -1,7 +1,8 @@
 """The interactive REPL: read a line, run it as a slash command or a turn, render the turn, repeat.
 
-The prompt appears before anything heavy loads: the session (pool probe, router) is built and litellm imported
-in a background thread started after the first prompt is drawn; the first turn waits only if that is not done.
+The prompt appears before anything heavy loads: the session (pool probe, router) is built, and litellm
+imported if a worker needs it, in a background thread started after the first prompt is drawn; the first turn
+waits only if that is not done.
 Each turn runs in its own thread so Ctrl-C in the main thread can cancel it; approvals come back here.
 """
 
@@ -36,7 +37,8 @@ class LoadFailed(Exception):
 
 
 class Loader:
-    """Builds the session in a thread (then preloads rich and litellm) while the user types."""
+    """Builds the session in a thread (then preloads rich, and litellm if a worker needs it) while the user
+    types."""
 
     def __init__(self, build: Callable[[], Session], on_failure: Callable[[], None] = lambda: None) -> None:
         self._build = build
@@ -79,7 +81,7 @@ def _preload(session: Session) -> None:
     try:
         import fugu_cli.ui.render  # noqa: F401  (rich: the first turn should not pay for it)
 
-        session.deps.agent.llm.warm()
+        session.deps.agent.llm.warm(session.deps.pool)  # litellm only if a worker needs it
     except Exception:  # the first turn will meet the same problem and report it properly
         log.debug("preload failed", exc_info=True)
 
