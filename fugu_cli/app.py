@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fugu_cli.agent import AgentDeps, Limits, TurnIO
+from fugu_cli.calls import HealthSettings, RetryPolicy, WorkerCall, WorkerHealth
 from fugu_cli.config import Config, fugu_home, load_config, user_config_path
 from fugu_cli.context import ContextPolicy
 from fugu_cli.context.instructions import Instructions
@@ -37,6 +38,7 @@ from fugu_cli.types import FallBack, Message, PermissionMode, TurnResult, Worker
 
 if TYPE_CHECKING:
     from fugu_cli.conductor import Conductor
+    from fugu_cli.llm.client import ClientConfig
     from fugu_cli.router.backbone import Backbone
     from fugu_cli.tools.registry import ToolRegistry
 
@@ -166,6 +168,13 @@ class Resolved:
     pool: tuple[Worker, ...]
     routers: RouterSource = field(compare=False)
     router_reason: str = ""  # why this router (said once when the shipped router cannot serve the pool)
+    # the workers' health, shared by every session (and serve's pass-through) assembled from this
+    health: WorkerHealth = field(compare=False, default_factory=WorkerHealth)
+
+    def worker_call(self) -> WorkerCall:
+        """How this pool's workers are called: the configured retries, this process's worker health."""
+        s = self.config.llm
+        return WorkerCall(self.health, RetryPolicy(s.max_retries, s.backoff_base_s))
 
     @property
     def names(self) -> list[str]:
@@ -186,7 +195,13 @@ def resolve(opts: RunOptions, *, saved_pool: Sequence[Worker] = (), router_proce
     routers, why = router_choice(config, pool)
     if router_process:
         routers.start()
-    return Resolved(opts, config, tuple(pool), routers, why)
+    return Resolved(opts, config, tuple(pool), routers, why, worker_health(config))
+
+
+def worker_health(config: Config) -> WorkerHealth:
+    """The workers' health as this machine's fugu processes have seen it (FUGU_HOME/health.json)."""
+    s = config.llm
+    return WorkerHealth(HealthSettings(s.cooldown_s, s.cooldown_max_s), fugu_home() / "health.json")
 
 
 def worker_named(pool: Sequence[Worker], spec: str | None) -> str | None:
@@ -269,6 +284,7 @@ def assemble(
     around: list[ToolHooks] = [hooks] if hooks else []
     agent = AgentDeps(
         llm=llm or make_llm(config),
+        calls=resolved.worker_call(),
         tools=_tools(registry, opts),
         tool_ctx=tool_ctx,
         hooks=(*around, instructions),
@@ -405,18 +421,18 @@ def repo_map_source(
 
 
 def make_llm(config: Config) -> LLM:
-    from fugu_cli.llm.client import ClientConfig, LiteLLMClient
+    from fugu_cli.llm.client import LiteLLMClient
+
+    return LiteLLMClient(client_config(config))
+
+
+def client_config(config: Config) -> ClientConfig:
+    """How each attempt at a worker is made (`[llm]`), for the agent's client and serve's pass-through."""
+    from fugu_cli.llm.client import ClientConfig
 
     s = config.llm
-    return LiteLLMClient(
-        ClientConfig(
-            timeout_s=s.timeout_s,
-            max_retries=s.max_retries,
-            backoff_base_s=s.backoff_base_s,
-            stream=s.stream,
-            direct=s.direct,
-            first_byte_timeout_s=s.first_byte_timeout_s,
-        )
+    return ClientConfig(
+        timeout_s=s.timeout_s, stream=s.stream, direct=s.direct, first_byte_timeout_s=s.first_byte_timeout_s
     )
 
 

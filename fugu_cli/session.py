@@ -366,6 +366,7 @@ class Session:
             guard = ContextGuard(
                 agent.context,
                 agent.llm,
+                agent.calls,
                 self.deps.pool,
                 agent.tools.schemas(),
                 self.ledger.turn(self.turn),

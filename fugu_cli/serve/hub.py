@@ -12,9 +12,8 @@ from contextlib import contextmanager
 
 import anyio
 
-from fugu_cli.app import Resolved, open_store, repo_root, resolve
+from fugu_cli.app import Resolved, client_config, open_store, repo_root, resolve
 from fugu_cli.config import load_config
-from fugu_cli.llm.client import ClientConfig
 from fugu_cli.llm.forward import Forwarder
 from fugu_cli.options import RunOptions, permission_mode
 from fugu_cli.serve.options import ServeOptions
@@ -37,13 +36,9 @@ class Hub:
             max_turns=options.max_turns,
             max_budget_usd=options.max_budget_usd,
         )
-        llm = load_config(options.cwd, self.run_options.overrides()).llm  # a broken config fails at start
+        config = load_config(options.cwd, self.run_options.overrides())  # a broken config fails at start
         self.store = open_store()
-        self.forwarder = Forwarder(
-            ClientConfig(
-                timeout_s=llm.timeout_s, max_retries=llm.max_retries, backoff_base_s=llm.backoff_base_s
-            )
-        )
+        self.forwarder = Forwarder(client_config(config))
         self._lock = threading.Lock()
         self._resolved: Resolved | None = None
         self._passthrough: PassThrough | None = None
