@@ -145,7 +145,8 @@ class Agent:
 
 
 class _Run:
-    """One `Agent.run`: its transcript, its turn's ledger, its tally and the workers that failed in it."""
+    """One `Agent.run`: its transcript, its turn's ledger, its tally, its permission policy and the workers
+    that failed in it."""
 
     def __init__(
         self,
@@ -165,6 +166,7 @@ class _Run:
             io,
         )
         self.tally = _Tally()
+        self.policy = deps.tool_ctx.policy  # this run's own: "always" answers extend it, nobody else's
         self.failed: set[str] = set()
         self.started = time.monotonic()
         self.sid = deps.session_id
@@ -345,12 +347,10 @@ class _Run:
         return on_text
 
     def _run_tools(self, reply: Message, step: int, worker: str) -> list[ToolResult]:
-        ctx = dataclasses.replace(
-            self.d.tool_ctx, agent=worker, cancel=self.io.cancel, notify=self._notifier()
-        )
         results: list[ToolResult] = []
         for call in reply.tool_calls:
             ran = call
+            ctx = self._tool_ctx(worker)  # per call: an "always" answer holds for the next one
             if self._cancelled():
                 result = ToolResult(call.id, call.name, "Not run: the user interrupted.", is_error=True)
             elif self.hook_stop is not None:
@@ -390,6 +390,22 @@ class _Run:
         except HookStop as e:
             self.hook_stop = e
         return call, result
+
+    def _tool_ctx(self, worker: str) -> ToolContext:
+        return dataclasses.replace(
+            self.d.tool_ctx,
+            agent=worker,
+            cancel=self.io.cancel,
+            notify=self._notifier(),
+            policy=self.policy,
+            grant=self._grant,
+        )
+
+    def _grant(self, prefix: str) -> None:
+        """An "always" answer: this run allows `prefix` from now on, and its owner (the session) is told."""
+        self.policy = self.policy.allowing(prefix)
+        if self.d.tool_ctx.grant is not None:
+            self.d.tool_ctx.grant(prefix)
 
     def _notifier(self) -> Callable[[str], None]:
         def notify(text: str) -> None:

@@ -34,6 +34,7 @@ from fugu_cli.router.roles import ROLE_MAX_STEPS, role_instructions
 from fugu_cli.session import Session, SessionConfig, SessionDeps, UltraMode
 from fugu_cli.store import SessionRow, Store, new_session_id
 from fugu_cli.tools import Approver, PermissionPolicy, configure_tools
+from fugu_cli.turn_settings import TurnSettings
 from fugu_cli.types import FallBack, Message, PermissionMode, TurnResult, Worker
 
 if TYPE_CHECKING:
@@ -261,16 +262,12 @@ def assemble(
     mode: PermissionMode = config.permission_mode or "ask"
     from fugu_cli.tools.registry import ToolRegistry
 
-    tool_ctx = configure_tools(
-        config,
-        root,
-        PermissionPolicy(
-            mode=mode,
-            allow=[*config.permissions.allow, *opts.allow],
-            deny=[*config.permissions.deny, *opts.deny],
-        ),
-        approver,
+    permission = PermissionPolicy(
+        mode=mode,
+        allow=(*config.permissions.allow, *opts.allow),
+        deny=(*config.permissions.deny, *opts.deny),
     )
+    tool_ctx = configure_tools(config, root, permission, approver)
     extensions = extension_config(config, opts, root)
     instructions = Instructions(root, opts.cwd, config.context.instructions_tokens, user_config_path().parent)
     hooks = Hooks(extensions.hooks, HookEnv(root, tool_ctx.sandbox), sid)
@@ -297,19 +294,22 @@ def assemble(
             tokens or (make_tokens(config) if llm is None else CharTokens(config.context.output_reserve)),
         ),
     )
+    settings = TurnSettings(
+        permission=permission,
+        worker=config.worker,
+        ultra=config.ultra,
+        limits=Limits(max_steps=_max_steps(config, opts, router), max_budget_usd=config.max_budget_usd),
+    )
     session_config = SessionConfig(
         root=root,
-        limits=Limits(max_steps=_max_steps(config, opts, router), max_budget_usd=config.max_budget_usd),
-        forced_worker=config.worker,
+        settings=settings,
         system_prompt=system_prompt(
             root,
             base=opts.system_prompt,
             append=opts.append_system_prompt,
             instructions=instructions.prompt_text(),
         ),
-        permission_mode=mode,
         router_name=router.name,
-        ultra=config.ultra,
         stream=opts.stream,
         notices=(*_notices(config), *extensions.notices),
         hints=_hints(config, resolved),
@@ -494,12 +494,13 @@ class _Deferred:
         turn: int,
         io: TurnIO,
         *,
+        agent: AgentDeps | None = None,
         before_apply: Callable[[], None] | None = None,
         record: Callable[[Message], None] = lambda m: None,
     ) -> TurnResult | FallBack:
         if self._conductor is None:
             self._conductor = self._make()
-        return self._conductor.run_turn(text, turn, io, before_apply=before_apply, record=record)
+        return self._conductor.run_turn(text, turn, io, agent=agent, before_apply=before_apply, record=record)
 
 
 def _resumed_row(store: Store, opts: RunOptions) -> SessionRow:

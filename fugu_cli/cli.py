@@ -228,11 +228,14 @@ def run(
 def pool_cmd(
     pool: Annotated[str | None, typer.Option("--pool", help="A TOML file of [[workers]].")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    reset_health: Annotated[
+        bool, typer.Option("--reset-health", help="Forget recent failures: no worker is cooling down.")
+    ] = False,
 ) -> None:
-    """List the workers: usable or not (and why), model, price."""
+    """List the workers: usable or not (and why), model, price, window, and any cool-down after failing."""
     from fugu_cli.ui import admin
 
-    raise typer.Exit(admin.pool_command(pool, json_out))
+    raise typer.Exit(admin.pool_command(pool, json_out, reset_health))
 
 
 @app.command("doctor")

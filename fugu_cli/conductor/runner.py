@@ -29,7 +29,7 @@ from fugu_cli.events import (
 )
 from fugu_cli.ledger import Ledger
 from fugu_cli.store import Store
-from fugu_cli.tools import Answer, ApprovalRequest, PermissionPolicy, ToolContext
+from fugu_cli.tools import Answer, ApprovalRequest, ToolContext
 from fugu_cli.types import Message, TurnStatus, Usage, Worker, WorkerUsage
 
 MAX_DIFF_CHARS = 20_000
@@ -266,8 +266,9 @@ class Runner:
         policy = template.policy
         if policy.mode == "ask" and root != self.config.root:
             # edits in a private worktree touch none of the user's files: the final apply is what gets asked.
-            # The allow list is shared, so an "always" answered in a step holds for the whole session.
-            policy = PermissionPolicy(mode="auto-edit", allow=policy.allow, deny=policy.deny)
+            # An "always" answered in a step holds for the rest of that step and, through the template's
+            # `grant`, for the session's later turns.
+            policy = dataclasses.replace(policy, mode="auto-edit")
         approve = template.approve
         if approve is None:
             return dataclasses.replace(template, root=root, before_edit=None, policy=policy)

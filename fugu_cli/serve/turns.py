@@ -119,7 +119,7 @@ class AgentSessions:
                 if cancel.is_set():
                     return None
                 session.add_context(new)
-                session.ultra = req.mode == "ultra"
+                session.set_ultra(req.mode == "ultra")
                 session.set_worker(req.worker)
                 result = session.run_turn(req.task, emit, cancel, stream=req.stream)
             changed = session.turn in session.checkpoints

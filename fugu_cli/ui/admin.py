@@ -9,13 +9,17 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fugu_cli.errors import FuguError, UsageError
 from fugu_cli.ui.phrases import err, tool_summary
 
+if TYPE_CHECKING:
+    from fugu_cli.calls import Condition
 
-def pool_command(pool: str | None, json_out: bool) -> int:
+
+def pool_command(pool: str | None, json_out: bool, reset_health: bool = False) -> int:
+    from fugu_cli.app import worker_health
     from fugu_cli.config import load_config
     from fugu_cli.options import RunOptions
     from fugu_cli.pool import POOL_HINT, check_pool, discover_pool
@@ -26,12 +30,17 @@ def pool_command(pool: str | None, json_out: bool) -> int:
     except UsageError as e:
         err(str(e))
         return 2
+    health = worker_health(config)
+    if reset_health:
+        err(f"forgot the failures of {health.forget()} worker(s): every worker is tried again")
     if not workers:
         err(f"no worker is configured: {POOL_HINT}")
         return 2
     checked = check_pool(workers)
     prices = {a.worker.name: _price(a.worker) for a in checked}
     windows = _windows(config, [a.worker for a in checked])
+    ailing = health.report(workers)
+    now = health.clock()
     if json_out:
         rows = [
             {
@@ -45,6 +54,7 @@ def pool_command(pool: str | None, json_out: bool) -> int:
                 "priority": a.worker.priority,
                 **windows[a.worker.name][0].to_json(),
                 "tokenizer": windows[a.worker.name][1],
+                "health": _health_json(ailing.get(a.worker.name), now),
             }
             for a in checked
         ]
@@ -57,7 +67,9 @@ def pool_command(pool: str | None, json_out: bool) -> int:
             price = f"${p_in:g}/${p_out:g} per M ({where})" if p_in is not None else "price unknown ($0)"
             win = windows[a.worker.name][0]
             window = f"{_k(win.tokens)} ctx, {_k(win.reserve)} out ({win.source})"
-            table.append(("ok" if a.ok else "--", a.worker.name, a.worker.model, price, window, a.reason))
+            sick = ailing.get(a.worker.name)
+            why = "; ".join(x for x in (a.reason, sick.describe(now) if sick else "") if x)
+            table.append(("ok" if a.ok else "--", a.worker.name, a.worker.model, price, window, why))
         widths = [max(len(r[i]) for r in table) for i in range(5)]
         for row in table:
             cells = [cell.ljust(width) for cell, width in zip(row[:5], widths, strict=True)]
@@ -66,6 +78,18 @@ def pool_command(pool: str | None, json_out: bool) -> int:
         err(f"no usable worker: {POOL_HINT}")
         return 2
     return 0
+
+
+def _health_json(sick: Condition | None, now: float) -> dict[str, Any]:
+    if sick is None:
+        return {"state": "ok"}
+    state = "cooling" if sick.cooling(now) else "probation"
+    return {
+        "state": state,
+        "retry_in_s": round(sick.left_s(now), 1),
+        "failures": sick.failures,
+        "error": sick.error,
+    }
 
 
 def _windows(config: Any, workers: list[Any]) -> dict[str, tuple[Any, str]]:

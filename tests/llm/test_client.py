@@ -15,10 +15,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from fugu_cli.calls import RetryPolicy
 from fugu_cli.errors import Interrupted, ProviderError
 from fugu_cli.llm.client import LOCAL_DUMMY_KEY, ClientConfig, LiteLLMClient, load_litellm
 from fugu_cli.types import Completion, Message, ToolCall, Worker
-from fugu_cli.calls import RetryPolicy
 from tests.calls_kit import through_calls
 from tests.helpers import call, tool_reply
 from tests.loopback import LoopbackServer, RecordedRequest, SilentServer
