@@ -12,34 +12,31 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from fugu_cli.agent import Agent, AgentDeps, TurnIO
+from fugu_cli.checkpoints import Checkpoints
 from fugu_cli.context.budget import usage_lines
 from fugu_cli.context.guard import ContextGuard
 from fugu_cli.context.instructions import InstructionFile, Instructions
 from fugu_cli.errors import UsageError
 from fugu_cli.events import (
-    AssistantMessage,
     Compacted,
     Emit,
-    Event,
     Notice,
-    ProviderFailed,
     SessionStarted,
     TurnFinished,
-    WorkflowAgentEvent,
     ignore,
 )
-from fugu_cli.hooks import Hooks, HookStop, Site
+from fugu_cli.hooks import Hooks, Site
 from fugu_cli.ledger import Ledger
 from fugu_cli.llm.tokens import Window
 from fugu_cli.router import Router
 from fugu_cli.store import SessionRow, Store
+from fugu_cli.turn_hooks import Refused, TurnClock, TurnHooks, refusal
 from fugu_cli.turn_settings import Overrides, SettingsBox, TurnSettings
 from fugu_cli.types import (
     FallBack,
@@ -48,7 +45,6 @@ from fugu_cli.types import (
     RouteDecision,
     RouteState,
     TurnResult,
-    Usage,
     Worker,
 )
 
@@ -111,13 +107,11 @@ class Session:
         self.id = deps.agent.session_id
         self.messages: list[Message] = list(messages)
         self.turn = self._last_turn()
-        self.checkpoints: dict[int, str] = deps.store.checkpoints(self.id)
+        self.checkpoints = Checkpoints(deps.store, self.id, config.root, config.keep_checkpoint_sessions)
         self._lock = threading.Lock()  # one turn (or compaction) at a time
         self._settings = SettingsBox(config.settings)
         self._told = False  # the notices and hints were said (at the first turn)
-        self._pruned = False
-        self._resumed = bool(self.messages)
-        self._session_hooks_ran = False
+        self._hooks = TurnHooks(deps.hooks, self.id, resumed=bool(self.messages))
         if not self.messages and config.system_prompt:
             self._append(Message(role="system", content=config.system_prompt))
         self._seen = self.ledger.message_count()  # stored messages this session object has caught up with
@@ -231,53 +225,57 @@ class Session:
         with self._lock, self.deps.store.session_lock(self.id):
             self._catch_up()
             self.turn += 1
-            turn = self.turn
-            clock = _TurnClock(emit)
-            emit = clock.emit
-            io = TurnIO(emit=emit, cancel=cancel, stream=self.config.stream if stream is None else stream)
-            emit(self._started(settings))
-            self._tell(emit)
-            store = self.deps.store
-            try:
-                prompt = self._prompt_hooks(text, turn, settings.mode, emit)
-            except _Refused as refused:  # the prompt is not kept: a hook may refuse it for what it holds
-                result = _refusal(self.id, refused.reason, clock.wall_ms())
-                store.begin_turn(self.id, turn, "[refused by a hook]")
-                store.finish_turn(self.id, turn, result.status, result.result, 0.0)
-                emit(TurnFinished(session_id=self.id, result=result))
-                return result
-            store.begin_turn(self.id, turn, text)
-            store.touch_session(self.id, title=text.strip().splitlines()[0][:80] if text else None)
-            self._append(Message(role="user", content=prompt))
-            checkpoint = self._checkpointer(turn, emit)
-            tool_ctx = dataclasses.replace(
-                self.deps.agent.tool_ctx, before_edit=checkpoint, policy=settings.permission, grant=self.grant
+            clock = TurnClock(emit)
+            io = TurnIO(
+                emit=clock.emit, cancel=cancel, stream=self.config.stream if stream is None else stream
             )
-            deps = dataclasses.replace(self.deps.agent, tool_ctx=tool_ctx)
-            on_stop = self._stop_hooks(turn, settings.mode, emit)
-
-            def fugu_turn() -> TurnResult:
-                brief = self.repo_map_text()
-                pick = self._picker(emit, settings.worker)
-                return Agent(deps).run(
-                    self.messages, turn, pick, settings.limits, io, brief=brief, on_stop=on_stop
-                )
-
-            if settings.ultra and self.deps.ultra is not None:
-                outcome = self.deps.ultra.run_turn(
-                    prompt, turn, io, agent=deps, before_apply=checkpoint, record=self._append
-                )
-                if isinstance(outcome, FallBack):
-                    emit(Notice(session_id=self.id, level="warning", text=outcome.reason))
-                    outcome = outcome.merged(fugu_turn())
-                result = outcome
-            else:
-                result = fugu_turn()
+            io.emit(self._started(settings))
+            self._tell(io.emit)
+            result = self._work(text, self.turn, settings, io, clock)
             result = dataclasses.replace(result, duration_ms=clock.wall_ms(), duration_api_ms=clock.api_ms)
-            store.finish_turn(self.id, turn, result.status, result.result, result.usage.cost_usd)
+            self.deps.store.finish_turn(
+                self.id, self.turn, result.status, result.result, result.usage.cost_usd
+            )
             self._seen = self.ledger.message_count()
-            emit(TurnFinished(session_id=self.id, result=result))
+            io.emit(TurnFinished(session_id=self.id, result=result))
             return result
+
+    def _work(self, text: str, turn: int, settings: TurnSettings, io: TurnIO, clock: TurnClock) -> TurnResult:
+        """The turn itself: its prompt through the hooks, then the agent (or the conductor in ultra mode)
+        with this turn's parts: the settings' policy, this session's checkpoint and grants."""
+        store, emit = self.deps.store, io.emit
+        site = Site(self.ledger.turn(turn), 0, "user")
+        try:
+            prompt = self._hooks.prompt(text, site, settings.mode, emit, self._append)
+        except Refused as refused:  # the prompt is not kept: a hook may refuse it for what it holds
+            store.begin_turn(self.id, turn, "[refused by a hook]")
+            return refusal(self.id, refused.reason, clock.wall_ms())
+        store.begin_turn(self.id, turn, text)
+        store.touch_session(self.id, title=text.strip().splitlines()[0][:80] if text else None)
+        self._append(Message(role="user", content=prompt))
+        checkpoint = self.checkpoints.before_edit(turn, emit)
+        tool_ctx = dataclasses.replace(
+            self.deps.agent.tool_ctx, before_edit=checkpoint, policy=settings.permission, grant=self.grant
+        )
+        deps = dataclasses.replace(self.deps.agent, tool_ctx=tool_ctx)
+        on_stop = self._hooks.on_stop(lambda: site, settings.mode, emit)
+
+        def fugu_turn() -> TurnResult:
+            pick = self._picker(emit, settings.worker)
+            brief = self.repo_map_text()
+            return Agent(deps).run(
+                self.messages, turn, pick, settings.limits, io, brief=brief, on_stop=on_stop
+            )
+
+        if not settings.ultra or self.deps.ultra is None:
+            return fugu_turn()
+        outcome = self.deps.ultra.run_turn(
+            prompt, turn, io, agent=deps, before_apply=checkpoint, record=self._append
+        )
+        if isinstance(outcome, FallBack):
+            emit(Notice(session_id=self.id, level="warning", text=outcome.reason))
+            return outcome.merged(fugu_turn())
+        return outcome
 
     def _tell(self, emit: Emit) -> None:
         """Say the session's notices and hints once (at its first turn), and what its MCP servers report."""
@@ -289,47 +287,7 @@ class Session:
                 emit(Notice(session_id=self.id, level="hint", text=hint))
         self._say_mcp(emit)
 
-    # --- extensions: hooks around the turn, MCP servers' lifetime, per-turn settings -----------------------
-
-    def _prompt_hooks(self, text: str, turn: int, mode: str, emit: Emit) -> str:
-        """Run SessionStart (once per session object) and UserPromptSubmit hooks; the prompt the model reads
-        (with any context they add). Raises _Refused when a hook refuses the prompt or stops the turn."""
-        hooks = self.deps.hooks
-        if not hooks:
-            return text
-        site = Site(self.ledger.turn(turn), 0, "user")
-        say = _sayer(self.id, emit)
-        try:
-            if not self._session_hooks_ran:
-                self._session_hooks_ran = True
-                source = "resume" if self._resumed else "startup"
-                context = hooks.session_start(source, site, mode, say)
-                if context:
-                    self._append(Message(role="system", content=_tagged("SessionStart-hook", context)))
-            verdict = hooks.user_prompt(text, site, mode, say)
-        except HookStop as e:
-            raise _Refused(f"a hook stopped the turn: {e}") from None
-        if verdict.blocked is not None:
-            emit(
-                Notice(
-                    session_id=self.id, level="warning", text=f"prompt blocked by a hook: {verdict.blocked}"
-                )
-            )
-            raise _Refused(f"the prompt was blocked by a UserPromptSubmit hook: {verdict.blocked}")
-        if verdict.context:
-            return f"{text}\n\n{_tagged('user-prompt-submit-hook', verdict.context)}"
-        return text
-
-    def _stop_hooks(self, turn: int, mode: str, emit: Emit) -> Callable[[str, bool], str | None] | None:
-        hooks = self.deps.hooks
-        if not hooks or not hooks.for_event("Stop"):
-            return None
-
-        def on_stop(answer: str, active: bool) -> str | None:
-            site = Site(self.ledger.turn(turn), 0, "user")
-            return hooks.stop(answer, active, site, mode, _sayer(self.id, emit))
-
-        return on_stop
+    # --- extensions: MCP servers' lifetime and what they offer ------------------------------------------
 
     def _say_mcp(self, emit: Emit) -> None:
         if self.deps.mcp is not None:
@@ -471,91 +429,6 @@ class Session:
         """The last turn stored (a compacted transcript no longer holds every turn's message)."""
         return max(self.deps.store.last_turn(self.id), sum(1 for m in self.messages if m.role == "user"))
 
-    def _checkpointer(self, turn: int, emit: Emit) -> Callable[[], None]:
-        def checkpoint() -> None:
-            if turn in self.checkpoints:
-                return
-            from fugu_cli.tools import git
-
-            try:
-                self.checkpoints[turn] = git.checkpoint(self.config.root, f"{self.id}-t{turn}")
-                if not self._pruned:  # once per session is enough
-                    self._pruned = True
-                    keep = self.config.keep_checkpoint_sessions
-                    git.prune_checkpoints(self.config.root, keep, keep=frozenset({self.id}))
-            except Exception as e:  # not a git repo, or git missing: edits go on, /undo can't help
-                emit(Notice(session_id=self.id, level="warning", text=f"no checkpoint for /undo: {e}"))
-                self.checkpoints[turn] = ""
-            self.deps.store.set_checkpoint(self.id, turn, self.checkpoints[turn])
-
-        return checkpoint
-
     def undo(self) -> list[str]:
-        """Restore the tree to its state before the last turn that changed it. Returns the restored paths.
-
-        A turn whose checkpoint matches the tree (it only ran commands that changed nothing) is skipped.
-        """
-        for turn in sorted(self.checkpoints, reverse=True):
-            sha = self.checkpoints.pop(turn)
-            self.deps.store.set_checkpoint(self.id, turn, None)
-            if sha:
-                from fugu_cli.tools import git
-
-                restored = git.restore_checkpoint(self.config.root, sha)
-                if restored:
-                    return restored
-        raise UsageError("nothing to undo: no turn of this session has changed files")
-
-
-class _Refused(Exception):
-    """A hook refused the turn's prompt (or stopped the turn) before any worker saw it."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-def _refusal(sid: str, reason: str, wall_ms: float) -> TurnResult:
-    return TurnResult(
-        status="error_during_execution",
-        result=reason,
-        session_id=sid,
-        num_turns=0,
-        usage=Usage(),
-        error=reason,
-        duration_ms=wall_ms,
-    )
-
-
-def _sayer(sid: str, emit: Emit) -> Callable[[str], None]:
-    def say(text: str) -> None:
-        emit(Notice(session_id=sid, level="warning", text=text))
-
-    return say
-
-
-def _tagged(tag: str, text: str) -> str:
-    return f"<{tag}>\n{text}\n</{tag}>"
-
-
-class _TurnClock:
-    """A turn's wall time, and the time its LLM calls took (every agent's, failed calls included), read
-    from the events the turn emits on their way out."""
-
-    def __init__(self, emit: Emit) -> None:
-        self._emit = emit
-        self._started = time.monotonic()
-        self._lock = threading.Lock()
-        self.api_ms = 0.0
-
-    def emit(self, event: Event) -> None:
-        inner = event
-        while isinstance(inner, WorkflowAgentEvent):
-            inner = inner.inner
-        if isinstance(inner, AssistantMessage | ProviderFailed):
-            with self._lock:  # ultra mode's steps run in threads
-                self.api_ms += inner.api_ms
-        self._emit(event)
-
-    def wall_ms(self) -> float:
-        return (time.monotonic() - self._started) * 1000.0
+        """Restore the tree to its state before the last turn that changed it. Returns the restored paths."""
+        return self.checkpoints.undo()

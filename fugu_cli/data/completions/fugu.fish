@@ -41,7 +41,7 @@ function __fugu_at
     test "$path" = "$argv[1]"
 end
 complete -c fugu -f
-complete -c fugu -n '__fugu_at \'\'' -a pool -d 'List the workers: usable or not (and why), model, price.'
+complete -c fugu -n '__fugu_at \'\'' -a pool -d 'List the workers: usable or not (and why), model, price, window, and any cool-down after failing.'
 complete -c fugu -n '__fugu_at \'\'' -a doctor -d 'Check this machine and folder: versions, keys, usable workers, the router a session would use.'
 complete -c fugu -n '__fugu_at \'\'' -a completion -d 'Print the shell completion script (where to put it: README.md, Shell completions).'
 complete -c fugu -n '__fugu_at \'\'' -a demo -d 'Replay a recorded multi-worker session offline: see fugu work without a key.'
@@ -84,6 +84,7 @@ complete -c fugu -n '__fugu_at \'\'' -l version -d 'Print the version and exit.'
 complete -c fugu -n '__fugu_at \'\'' -l help -d 'Show this message and exit.'
 complete -c fugu -n '__fugu_at \'pool\'' -l pool -r -F -d 'A TOML file of [[workers]].'
 complete -c fugu -n '__fugu_at \'pool\'' -l json -d 'Print JSON.'
+complete -c fugu -n '__fugu_at \'pool\'' -l reset-health -d 'Forget recent failures: no worker is cooling down.'
 complete -c fugu -n '__fugu_at \'pool\'' -l help -d 'Show this message and exit.'
 complete -c fugu -n '__fugu_at \'doctor\'' -l pool -r -F -d 'A TOML file of [[workers]].'
 complete -c fugu -n '__fugu_at \'doctor\'' -l help -d 'Show this message and exit.'
