@@ -16,6 +16,8 @@ from fugu_cli.ui.phrases import err, tool_summary
 
 if TYPE_CHECKING:
     from fugu_cli.calls import Condition
+    from fugu_cli.router.commands import TrainOptions
+    from fugu_cli.router.es import GenerationStats
 
 
 def pool_command(pool: str | None, json_out: bool, reset_health: bool = False) -> int:
@@ -158,61 +160,18 @@ def sessions_show(session_id: str) -> int:
     return 0
 
 
-@dataclass(frozen=True)
-class TrainRequest:
-    data: tuple[Path, ...]
-    out: Path
-    stage: str
-    split: str | None
-    tau: float | None
-    svf: str
-    generations: int
-    lam: float
-    seed: int
-    threads: int | None
-    store: bool
-    prices: Path | None = None
-    processes: int = 1
-    executor: str | None = None  # local | ray (None: [executor] in the config)
-    ray_address: str | None = None
+def router_train(opts: TrainOptions) -> int:
+    """`fugu router train`: the stages, with a progress bar for stage 2 on stderr."""
+    from fugu_cli.router.commands import train_command
 
-
-def router_train(req: TrainRequest) -> int:
-    from fugu_cli.router.commands import TrainOptions, train_command
-    from fugu_cli.router.es import ESConfig, GenerationStats
-    from fugu_cli.router.train import TrainConfig
-    from fugu_cli.router.trainer import Stage2
-
-    if req.stage not in ("sft", "es", "both"):
-        err(f"--stage {req.stage}: choose sft, es or both")
-        return 2
-    config = TrainConfig(
-        lam=req.lam,
-        **({"taus": (req.tau,)} if req.tau is not None else {}),  # type: ignore[arg-type]
-        svf_targets=tuple(t for t in req.svf.split(",") if t),
-        seed=req.seed,
-        threads=req.threads,
-    )
-    opts = TrainOptions(
-        req.data,
-        req.out,
-        stage=req.stage,  # type: ignore[arg-type]
-        split=req.split,
-        config=config,
-        stage2=Stage2(es=ESConfig(generations=req.generations, seed=req.seed, processes=req.processes)),
-        store=req.store,
-        prices=req.prices,
-        processes=req.processes,
-        executor=req.executor,
-        ray_address=req.ray_address,
-    )
+    generations = opts.stage2.es.generations
     tty = sys.stderr.isatty()
 
     def on_generation(g: GenerationStats) -> None:
         done = g.generation + 1
-        bar = "█" * (20 * done // req.generations)
+        bar = "█" * (20 * done // generations)
         line = (
-            f"es [{bar:<20}] generation {done}/{req.generations} · best {g.best:.4f} · "
+            f"es [{bar:<20}] generation {done}/{generations} · best {g.best:.4f} · "
             f"mean {g.mean:.4f} · incumbent {g.incumbent:.4f} · σ {g.sigma:.4f}"
         )
         print(("\r" + line) if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
