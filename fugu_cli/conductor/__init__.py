@@ -6,6 +6,7 @@ valid workflow (after one repair round) it says so and runs the session's own fu
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ from fugu_cli.ledger import Ledger
 from fugu_cli.store import Store
 from fugu_cli.tools import ApprovalRequest, ToolContext
 from fugu_cli.types import FallBack, Message, TurnResult, TurnStatus, Worker
+
+log = logging.getLogger("fugu")
 
 __all__ = ["Conductor", "ConductorConfig", "ConductorDeps", "Workflow"]
 
@@ -147,6 +150,7 @@ class Conductor:
         try:
             return git.checkpoint(self.config.root, f"{self.sid}-wf{wf}")
         except Exception as e:  # not a git repository: no worktrees, so no isolation of files
+            log.warning("no git worktrees for workflow %s", wf, exc_info=e)
             emit(
                 Notice(
                     session_id=self.sid,
@@ -244,6 +248,7 @@ def _clean_up_after_killed_runs(root: Path, worktrees: Path, sid: str, emit: Emi
     try:
         removed = git.remove_stale_worktrees(root, worktrees)
     except Exception as e:  # cleaning up must never stop the workflow
+        log.warning("removing stale worktrees failed", exc_info=e)
         emit(Notice(session_id=sid, level="warning", text=f"could not remove stale worktrees: {e}"))
         return
     if removed:

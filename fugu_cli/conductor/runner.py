@@ -8,6 +8,7 @@ Never prints and never touches the user's tree: applying the final step's change
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import threading
 import time
@@ -31,6 +32,8 @@ from fugu_cli.ledger import Ledger
 from fugu_cli.store import Store
 from fugu_cli.tools import Answer, ApprovalRequest, ToolContext
 from fugu_cli.types import Message, TurnStatus, Usage, Worker, WorkerUsage
+
+log = logging.getLogger("fugu")
 
 MAX_DIFF_CHARS = 20_000
 
@@ -154,6 +157,7 @@ class Runner:
         try:
             outcome = self._recurse(job) if step.worker == CONDUCTOR else self._agent_step(job)
         except Exception as e:  # a broken step must not take the workflow down: later steps hear about it
+            log.error("workflow step %s crashed", job.index, exc_info=e)
             outcome = _failed(job, f"step {job.index} failed: {type(e).__name__}: {e}")
         self.deps.io.emit(
             WorkflowStepFinished(
