@@ -221,7 +221,7 @@ def _real_tokens() -> Any:
 
 
 def _report(
-    server: WindowedLoopback, clock: Clock, statuses: list[str], elapsed: float, llm: TimedLLM
+    server: WindowedLoopback, clock: Clock, statuses: Sequence[str], elapsed: float, llm: TimedLLM
 ) -> dict[str, Any]:
     own, cpu = clock.own_ms, clock.own_cpu_ms
     per_worker: dict[str, dict[str, int]] = {}

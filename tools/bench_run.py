@@ -218,8 +218,8 @@ def startup(work: Path, runs: int) -> None:
         ("prior, no repo map", PRIOR_NO_MAP, HTTPX_FLOOR),
     )
     for label, mine, floor in pairs:
-        runs = zip(got[mine], got[floor], strict=True)
-        paired = statistics.median(a.first_ms / b.first_ms for a, b in runs)
+        both = zip(got[mine], got[floor], strict=True)
+        paired = statistics.median(a.first_ms / b.first_ms for a, b in both)
         print(f"  ratio {label:<22} {med[mine] / med[floor]:5.2f}x (median of paired ratios {paired:.2f}x)")
     print("  first run in a new FUGU_HOME (no caches yet): " + ", ".join(
         f"{name.split(', ')[1]} {x.first_ms:.0f} ms" for name, x in cold.items()

@@ -25,9 +25,7 @@ def _everything_under(folder: Path) -> list[tuple[Path, bytes]]:
 
 
 def _config() -> None:
-    leaky = (
-        'echo "connecting with token $SERVICE_TOKEN" >&2; echo "auth refused: $SERVICE_TOKEN" >&2; exit 3'
-    )
+    leaky = 'echo "connecting with token $SERVICE_TOKEN" >&2; echo "auth refused: $SERVICE_TOKEN" >&2; exit 3'
     (_home() / "config.toml").write_text(
         "[mcp_servers.leaky]\n"
         'command = "sh"\n'

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ class Ctx:
         self.console = Console(file=self.out, width=100, force_terminal=False)
         self.session = session
         self.switched: list[str | None] = []
+        self.prompts: list[tuple[str, str | None, tuple[str, ...]]] = []
         self.stopped = False
 
     def switch_session(self, resume: str | None) -> None:
@@ -32,6 +34,9 @@ class Ctx:
 
     def stop(self) -> None:
         self.stopped = True
+
+    def run_prompt(self, text: str, worker: str | None = None, allow: Sequence[str] = ()) -> None:
+        self.prompts.append((text, worker, tuple(allow)))
 
     def run(self, line: str) -> str:
         start = self.out.tell()
