@@ -151,6 +151,8 @@ class Tracker:
             d = inner.decision
             row: dict[str, Any] = {"step": inner.step, "worker": d.worker, "source": d.source}
             row["p"] = round(float(d.scores.get(d.worker, 0.0)), 6)
+            if d.reason:  # why: a failover, a worker cooling down, a masked window
+                row["reason"] = d.reason
             if isinstance(event, WorkflowAgentEvent):
                 row["workflow_step"] = event.step
             self.steps.append(row)
