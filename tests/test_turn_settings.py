@@ -32,7 +32,12 @@ def test_a_mode_changed_during_a_turn_applies_from_the_next_turn(tmp_path: Path)
     llm = ScriptedLLM([{**tool_reply(FIX), "delay_s": 0.5}, "could not edit", tool_reply(FIX), "fixed"])
     session = build_session(RunOptions(cwd=repo, pool=str(_pool(tmp_path))), llm=llm)
     assert session.settings().mode == "ask"
-    changer = threading.Thread(target=lambda: (started.wait(), session.set_permission_mode("auto-edit")))
+
+    def change() -> None:  # a control request from another thread, while the turn runs
+        started.wait()
+        session.set_permission_mode("auto-edit")
+
+    changer = threading.Thread(target=change)
     changer.start()
     first = session.run_turn("fix calc", lambda e: started.set())
     changer.join()
