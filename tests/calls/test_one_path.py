@@ -5,6 +5,7 @@ real listener that never answers, the real CLI and server."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -89,3 +90,28 @@ def test_a_providers_error_code_reaches_the_serve_client_unchanged(
         assert status == 400, data
         assert data["error"]["code"] == "context_length_exceeded" and "8k" in data["error"]["message"]
     assert len(loopback.requests_for("alpha")) == 2  # a refusal is never retried
+
+
+def test_a_worker_that_failed_is_skipped_by_the_next_run_and_shown_by_fugu_pool(
+    tmp_path: Path, loopback: LoopbackServer
+) -> None:
+    _config("[llm]\nmax_retries = 0\ncooldown_s = 600\n")  # long enough for four slow processes
+    loopback.script("alpha", [{"fault": 503}])
+    loopback.script("beta", ["beta, first run", "beta, second run"])
+    pool = pool_file(tmp_path, loopback, "alpha", "beta")
+    repo = make_repo(tmp_path / "repo")
+    first = fugu("-p", "x", "--pool", str(pool), "--output-format", "stream-json", cwd=repo)
+    assert first.code == 0 and _routes(first.events()) == [("alpha", "prior"), ("beta", "fallback")]
+    second = fugu("-p", "y", "--pool", str(pool), "--output-format", "stream-json", cwd=repo)
+    assert second.code == 0 and len(loopback.requests_for("alpha")) == 1  # another process: alpha not asked
+    [route] = [e for e in second.events() if e.get("subtype") == "route"]
+    assert route["worker"] == "beta" and "alpha cooling down" in route["reason"]
+
+    shown = fugu("pool", "--pool", str(pool), "--json", cwd=repo)
+    health = {w["name"]: w["health"] for w in json.loads(shown.stdout)["workers"]}
+    assert health["beta"] == {"state": "ok"} and health["alpha"]["state"] == "cooling"
+    assert health["alpha"]["failures"] == 1 and "503" in health["alpha"]["error"]
+    assert "cooling down" in fugu("pool", "--pool", str(pool), cwd=repo).stdout
+    reset = fugu("pool", "--pool", str(pool), "--json", "--reset-health", cwd=repo)
+    assert "forgot the failures of 1 worker(s)" in reset.stderr
+    assert {w["health"]["state"] for w in json.loads(reset.stdout)["workers"]} == {"ok"}
