@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fugu_cli.agent import AgentDeps, Limits, TurnIO
+from fugu_cli.calls import HealthSettings, RetryPolicy, WorkerCall, WorkerHealth
 from fugu_cli.config import Config, fugu_home, load_config, user_config_path
 from fugu_cli.context import ContextPolicy
 from fugu_cli.context.instructions import Instructions
@@ -34,10 +35,12 @@ from fugu_cli.router.roles import ROLE_MAX_STEPS, role_instructions
 from fugu_cli.session import Session, SessionConfig, SessionDeps, UltraMode
 from fugu_cli.store import SessionRow, Store, new_session_id
 from fugu_cli.tools import Approver, PermissionPolicy, configure_tools
+from fugu_cli.turn_settings import TurnSettings
 from fugu_cli.types import FallBack, Message, PermissionMode, TurnResult, Worker
 
 if TYPE_CHECKING:
     from fugu_cli.conductor import Conductor
+    from fugu_cli.llm.client import ClientConfig
     from fugu_cli.router.backbone import Backbone
     from fugu_cli.tools.registry import ToolRegistry
 
@@ -197,6 +200,13 @@ class Resolved:
     routers: RouterSource = field(compare=False)
     router_reason: str = ""  # why this router (said once when the shipped router cannot serve the pool)
     shared: SharedParts = field(default_factory=SharedParts, compare=False, repr=False)
+    # the workers' health, shared by every session (and serve's pass-through) assembled from this
+    health: WorkerHealth = field(compare=False, default_factory=WorkerHealth)
+
+    def worker_call(self) -> WorkerCall:
+        """How this pool's workers are called: the configured retries, this process's worker health."""
+        s = self.config.llm
+        return WorkerCall(self.health, RetryPolicy(s.max_retries, s.backoff_base_s))
 
     @property
     def names(self) -> list[str]:
@@ -217,7 +227,13 @@ def resolve(opts: RunOptions, *, saved_pool: Sequence[Worker] = (), router_proce
     routers, why = router_choice(config, pool)
     if router_process:
         routers.start()
-    return Resolved(opts, config, tuple(pool), routers, why)
+    return Resolved(opts, config, tuple(pool), routers, why, health=worker_health(config))
+
+
+def worker_health(config: Config) -> WorkerHealth:
+    """The workers' health as this machine's fugu processes have seen it (FUGU_HOME/health.json)."""
+    s = config.llm
+    return WorkerHealth(HealthSettings(s.cooldown_s, s.cooldown_max_s), fugu_home() / "health.json")
 
 
 def worker_named(pool: Sequence[Worker], spec: str | None) -> str | None:
@@ -248,7 +264,7 @@ def build_session(
     resolved = resolve(opts, saved_pool=saved, router_process=router_process)
     session = assemble(resolved, opts, llm=llm, approver=approver, store=store, tokens=tokens)
     # a person reads this session's output: advice is theirs once per FUGU_HOME (`fugu doctor` repeats it)
-    session.config.hints = tuple(h for h in session.config.hints if first_time(h))
+    session.config = replace(session.config, hints=tuple(h for h in session.config.hints if first_time(h)))
     return session
 
 
@@ -296,16 +312,12 @@ def assemble(
     mode: PermissionMode = config.permission_mode or "ask"
     from fugu_cli.tools.registry import ToolRegistry
 
-    tool_ctx = configure_tools(
-        config,
-        root,
-        PermissionPolicy(
-            mode=mode,
-            allow=[*config.permissions.allow, *opts.allow],
-            deny=[*config.permissions.deny, *opts.deny],
-        ),
-        approver,
+    permission = PermissionPolicy(
+        mode=mode,
+        allow=(*config.permissions.allow, *opts.allow),
+        deny=(*config.permissions.deny, *opts.deny),
     )
+    tool_ctx = configure_tools(config, root, permission, approver)
     extensions = extension_config(config, opts, root)
     instructions = Instructions(root, opts.cwd, config.context.instructions_tokens, user_config_path().parent)
     hooks = Hooks(extensions.hooks, HookEnv(root, tool_ctx.sandbox), sid)
@@ -319,6 +331,7 @@ def assemble(
     around: list[ToolHooks] = [hooks] if hooks else []
     agent = AgentDeps(
         llm=llm or resolved.shared.llm(config),
+        calls=resolved.worker_call(),
         tools=_tools(registry, opts),
         tool_ctx=tool_ctx,
         hooks=(*around, instructions),
@@ -332,19 +345,22 @@ def assemble(
             or (resolved.shared.tokens(config) if llm is None else CharTokens(config.context.output_reserve)),
         ),
     )
+    settings = TurnSettings(
+        permission=permission,
+        worker=config.worker,
+        ultra=config.ultra,
+        limits=Limits(max_steps=_max_steps(config, opts, router), max_budget_usd=config.max_budget_usd),
+    )
     session_config = SessionConfig(
         root=root,
-        limits=Limits(max_steps=_max_steps(config, opts, router), max_budget_usd=config.max_budget_usd),
-        forced_worker=config.worker,
+        settings=settings,
         system_prompt=system_prompt(
             root,
             base=opts.system_prompt,
             append=opts.append_system_prompt,
             instructions=instructions.prompt_text(),
         ),
-        permission_mode=mode,
         router_name=router.name,
-        ultra=config.ultra,
         stream=opts.stream,
         notices=(*_notices(config), *extensions.notices),
         hints=_hints(config, resolved),
@@ -465,18 +481,18 @@ def repo_map_source(
 
 
 def make_llm(config: Config) -> LLM:
-    from fugu_cli.llm.client import ClientConfig, LiteLLMClient
+    from fugu_cli.llm.client import LiteLLMClient
+
+    return LiteLLMClient(client_config(config))
+
+
+def client_config(config: Config) -> ClientConfig:
+    """How each attempt at a worker is made (`[llm]`), for the agent's client and serve's pass-through."""
+    from fugu_cli.llm.client import ClientConfig
 
     s = config.llm
-    return LiteLLMClient(
-        ClientConfig(
-            timeout_s=s.timeout_s,
-            max_retries=s.max_retries,
-            backoff_base_s=s.backoff_base_s,
-            stream=s.stream,
-            direct=s.direct,
-            first_byte_timeout_s=s.first_byte_timeout_s,
-        )
+    return ClientConfig(
+        timeout_s=s.timeout_s, stream=s.stream, direct=s.direct, first_byte_timeout_s=s.first_byte_timeout_s
     )
 
 
@@ -538,12 +554,13 @@ class _Deferred:
         turn: int,
         io: TurnIO,
         *,
+        agent: AgentDeps | None = None,
         before_apply: Callable[[], None] | None = None,
         record: Callable[[Message], None] = lambda m: None,
     ) -> TurnResult | FallBack:
         if self._conductor is None:
             self._conductor = self._make()
-        return self._conductor.run_turn(text, turn, io, before_apply=before_apply, record=record)
+        return self._conductor.run_turn(text, turn, io, agent=agent, before_apply=before_apply, record=record)
 
 
 def _resumed_row(store: Store, opts: RunOptions) -> SessionRow:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -240,11 +241,14 @@ def run(
 def pool_cmd(
     pool: Annotated[str | None, typer.Option("--pool", help="A TOML file of [[workers]].")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    reset_health: Annotated[
+        bool, typer.Option("--reset-health", help="Forget recent failures: no worker is cooling down.")
+    ] = False,
 ) -> None:
-    """List the workers: usable or not (and why), model, price."""
+    """List the workers: usable or not (and why), model, price, window, and any cool-down after failing."""
     from fugu_cli.ui import admin
 
-    raise typer.Exit(admin.pool_command(pool, json_out))
+    raise typer.Exit(admin.pool_command(pool, json_out, reset_health))
 
 
 @app.command("doctor")
@@ -340,6 +344,7 @@ def eval_cmd(
     from fugu_cli import logs
     from fugu_cli.eval import EvalOptions
     from fugu_cli.eval import main as eval_main
+    from fugu_cli.options import RunOptions
 
     logs.setup()
     options = EvalOptions(
@@ -351,10 +356,7 @@ def eval_cmd(
         tasks=task or [],
         executor=executor,
         ray_address=ray_address,
-        pool=pool,
-        router=router,
-        max_turns=max_turns,
-        max_budget_usd=max_budget_usd,
+        run=RunOptions(pool=pool, router=router, max_turns=max_turns, max_budget_usd=max_budget_usd),
         json_out=json_out,
         keep=keep,
     )
@@ -390,13 +392,14 @@ def serve_cmd(
     """Serve an OpenAI-compatible endpoint: fugu (router-only pass-through), fugu-agent, fugu-ultra,
     fugu/<worker>."""
     from fugu_cli import logs, serve
+    from fugu_cli.options import RunOptions
+    from fugu_cli.options import permission_mode as mode_named
 
     logs.setup()
     options = serve.ServeOptions(
+        run=RunOptions(pool=pool, permission_mode=mode_named(permission_mode.value)),
         host=host,
         port=port,
-        pool=pool,
-        permission_mode=permission_mode,
         api_key=api_key,
         api_key_env=api_key_env,
         cors_origins=tuple(cors_origin or ()),
@@ -565,29 +568,35 @@ def router_train(
     ] = None,
 ) -> None:
     """Train a router from measured outcomes: soft-label KL with SVF, then sep-CMA-ES."""
+    from fugu_cli.errors import UsageError
+    from fugu_cli.router.commands import TrainOptions, stage_named
+    from fugu_cli.router.es import ESConfig
+    from fugu_cli.router.train import TrainConfig
+    from fugu_cli.router.trainer import Stage2
     from fugu_cli.ui import admin
 
-    raise typer.Exit(
-        admin.router_train(
-            admin.TrainRequest(
-                tuple(data),
-                out,
-                stage,
-                split,
-                tau,
-                svf,
-                generations,
-                lam,
-                seed,
-                threads,
-                store,
-                prices,
-                processes,
-                executor,
-                ray_address,
-            )
-        )
+    config = TrainConfig(
+        lam=lam, seed=seed, threads=threads, svf_targets=tuple(t for t in svf.split(",") if t)
     )
+    try:
+        chosen = stage_named(stage)
+    except UsageError as e:
+        print(f"fugu: {e}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    opts = TrainOptions(
+        tuple(data),
+        out,
+        stage=chosen,
+        split=split,
+        config=config if tau is None else dataclasses.replace(config, taus=(tau,)),
+        stage2=Stage2(es=ESConfig(generations=generations, seed=seed, processes=processes)),
+        store=store,
+        prices=prices,
+        processes=processes,
+        executor=executor,
+        ray_address=ray_address,
+    )
+    raise typer.Exit(admin.router_train(opts))
 
 
 @router_app.command("eval")

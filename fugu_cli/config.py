@@ -55,6 +55,10 @@ class LLMSettings(BaseModel):
     stream: bool = True
     direct: bool = True  # OpenAI-compatible workers over HTTP directly; false: through litellm as well
     first_byte_timeout_s: float = Field(default=30.0, gt=0)  # a silent worker fails over, not retried
+    # a worker whose call failed is left alone this long (doubling with each failure in a row, up to
+    # cooldown_max_s), then probed with one attempt; 0: no cool-down
+    cooldown_s: float = Field(default=30.0, ge=0)
+    cooldown_max_s: float = Field(default=600.0, ge=0)
 
 
 class PermissionSettings(BaseModel):

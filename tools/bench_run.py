@@ -223,8 +223,8 @@ def startup(work: Path, runs: int, prior_only: bool = False) -> None:
     for label, mine, floor in pairs:
         if mine not in got or floor not in got:
             continue
-        runs = zip(got[mine], got[floor], strict=True)
-        paired = statistics.median(a.first_ms / b.first_ms for a, b in runs)
+        both = zip(got[mine], got[floor], strict=True)
+        paired = statistics.median(a.first_ms / b.first_ms for a, b in both)
         print(f"  ratio {label:<22} {med[mine] / med[floor]:5.2f}x (median of paired ratios {paired:.2f}x)")
     print("  first run in a new FUGU_HOME (no caches yet): " + ", ".join(
         f"{name.split(', ')[1]} {x.first_ms:.0f} ms" for name, x in cold.items()

@@ -56,6 +56,7 @@ from fugu_cli.errors import FuguError
 from fugu_cli.events import Event
 from fugu_cli.options import RunOptions
 from fugu_cli.tools import Approver
+from fugu_cli.turn_settings import Overrides
 from fugu_cli.types import PERMISSION_MODES, PermissionMode, TurnResult
 
 if TYPE_CHECKING:
@@ -249,8 +250,8 @@ class FuguAgent:
                 for update in live.translator.updates(event):
                     self.outbox.note(sid, update)
 
-        with session.turn_settings(worker, allow):
-            return session.run_turn(text, emit, cancel, stream=True)
+        overrides = Overrides(worker, tuple(allow)) if prompted is not None else None
+        return session.run_turn(text, emit, cancel, stream=True, overrides=overrides)
 
     def _commands(self, live: _Live) -> None:
         """Tell the client the custom commands and MCP prompts it can offer after `/`."""

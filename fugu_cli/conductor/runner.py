@@ -8,6 +8,7 @@ Never prints and never touches the user's tree: applying the final step's change
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import threading
 import time
@@ -29,8 +30,10 @@ from fugu_cli.events import (
 )
 from fugu_cli.ledger import Ledger
 from fugu_cli.store import Store
-from fugu_cli.tools import Answer, ApprovalRequest, PermissionPolicy, ToolContext
+from fugu_cli.tools import Answer, ApprovalRequest, ToolContext
 from fugu_cli.types import Message, TurnStatus, Usage, Worker, WorkerUsage
+
+log = logging.getLogger("fugu")
 
 MAX_DIFF_CHARS = 20_000
 
@@ -154,6 +157,7 @@ class Runner:
         try:
             outcome = self._recurse(job) if step.worker == CONDUCTOR else self._agent_step(job)
         except Exception as e:  # a broken step must not take the workflow down: later steps hear about it
+            log.error("workflow step %s crashed", job.index, exc_info=e)
             outcome = _failed(job, f"step {job.index} failed: {type(e).__name__}: {e}")
         self.deps.io.emit(
             WorkflowStepFinished(
@@ -266,8 +270,9 @@ class Runner:
         policy = template.policy
         if policy.mode == "ask" and root != self.config.root:
             # edits in a private worktree touch none of the user's files: the final apply is what gets asked.
-            # The allow list is shared, so an "always" answered in a step holds for the whole session.
-            policy = PermissionPolicy(mode="auto-edit", allow=policy.allow, deny=policy.deny)
+            # An "always" answered in a step holds for the rest of that step and, through the template's
+            # `grant`, for the session's later turns.
+            policy = dataclasses.replace(policy, mode="auto-edit")
         approve = template.approve
         if approve is None:
             return dataclasses.replace(template, root=root, before_edit=None, policy=policy)

@@ -61,11 +61,13 @@ def open_client(
 
 @asynccontextmanager
 async def _http(spec: ServerSpec) -> AsyncIterator[Any]:
+    import httpx2  # the HTTP client the SDK's transport takes (its public way to set headers)
     from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
 
+    # the SDK's own defaults for its transports: 30 s, and 300 s to read a stream a server holds open
+    timeout = httpx2.Timeout(30.0, read=300.0)
     async with (
-        create_mcp_http_client(headers=dict(spec.headers)) as http,
+        httpx2.AsyncClient(headers=dict(spec.headers), timeout=timeout) as http,
         streamable_http_client(spec.url or "", http_client=http) as streams,
     ):
         yield streams
@@ -100,6 +102,8 @@ async def _stdio(
         stderr=stderr if stderr is not None else subprocess.DEVNULL,
         readable=_named_folders([spec.command or "", *spec.args]),
     )
+    if stderr is not None:
+        stderr.close()  # the server holds its own copy; once it exits, the reader sees the end
     assert proc.stdout is not None and proc.stdin is not None
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=_MAX_LINE)
@@ -166,12 +170,12 @@ async def list_catalog(client: Any) -> Catalog:
         try:
             prompts = [_prompt(p) for p in await _pages(client.list_prompts)]
         except Exception as e:  # a server that claims prompts and fails to list them still has its tools
-            log.info("listing the prompts of an MCP server failed: %s", e)
+            log.info("listing the prompts of an MCP server failed: %s", e, exc_info=e)
     if getattr(caps, "resources", None) is not None:
         try:
             resources = [_resource(r) for r in await _pages(client.list_resources)]
         except Exception as e:
-            log.info("listing the resources of an MCP server failed: %s", e)
+            log.info("listing the resources of an MCP server failed: %s", e, exc_info=e)
     return Catalog(tuple(tools), tuple(prompts), tuple(resources))
 
 

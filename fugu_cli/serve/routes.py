@@ -19,7 +19,7 @@ from fugu_cli.errors import ProviderError
 from fugu_cli.events import Event
 from fugu_cli.serve.hub import Hub
 from fugu_cli.serve.params import ChatRequest, parse_chat
-from fugu_cli.serve.passthrough import Call
+from fugu_cli.serve.passthrough import Routed
 from fugu_cli.serve.responses import ResponseEvents, response_from_chat, to_chat
 from fugu_cli.serve.sse import EventStream, drain, from_thread, run_blocking, sse
 from fugu_cli.serve.turns import Finished, Slot
@@ -124,7 +124,7 @@ async def _pass_chat(request: Request, req: ChatRequest) -> Response:
 
 
 async def _chat_chunks(
-    req: ChatRequest, call: Call, items: AsyncIterator[Any], done: Callable[[], None]
+    req: ChatRequest, call: Routed, items: AsyncIterator[Any], done: Callable[[], None]
 ) -> AsyncIterator[bytes]:
     first = True
     try:
@@ -278,7 +278,7 @@ async def responses(request: Request) -> Response:
 
 
 async def _response_events(
-    events: ResponseEvents, call: Call, items: AsyncIterator[Any], done: Callable[[], None]
+    events: ResponseEvents, call: Routed, items: AsyncIterator[Any], done: Callable[[], None]
 ) -> AsyncIterator[bytes]:
     usage: dict[str, Any] | None = None
     try:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from fugu_cli.session import Session
     from fugu_cli.tools import Answer, ApprovalRequest
+    from fugu_cli.turn_settings import Overrides
     from fugu_cli.ui.render import Renderer
 
 log = logging.getLogger("fugu")
@@ -81,7 +82,7 @@ def _preload(session: Session) -> None:
     try:
         import fugu_cli.ui.render  # noqa: F401  (rich: the first turn should not pay for it)
 
-        session.deps.agent.llm.warm(session.deps.pool)  # litellm only if a worker needs it
+        session.warm()
     except Exception:  # the first turn will meet the same problem and report it properly
         log.debug("preload failed", exc_info=True)
 
@@ -119,7 +120,7 @@ class Repl:
         return self._session
 
     def switch_session(self, resume: str | None) -> None:
-        worker = self._session.config.forced_worker if self._session else self.opts.worker
+        worker = self._session.settings().worker if self._session else self.opts.worker
         opts = dataclasses.replace(self.opts, resume=resume, continue_last=False, worker=worker)
         with self.console.status("loading…"):
             session = self._build(opts)
@@ -135,8 +136,9 @@ class Repl:
         self._running = False
 
     def run_prompt(self, text: str, worker: str | None = None, allow: Sequence[str] = ()) -> None:
-        with self.session.turn_settings(worker, allow):
-            self._turn(text)
+        from fugu_cli.turn_settings import Overrides
+
+        self._turn(text, Overrides(worker, tuple(allow)))
 
     # --- the loop -----------------------------------------------------------------------------------------
 
@@ -226,11 +228,11 @@ class Repl:
             log.error("command failed", exc_info=e)
             self._say(f"internal error: {type(e).__name__}: {e}", "red")
 
-    def _turn(self, text: str) -> None:
+    def _turn(self, text: str, overrides: Overrides | None = None) -> None:
         from fugu_cli.ui.custom import attach_resources
 
         session = self.session
-        task, attached = expand_mentions(text, session.config.root)
+        task, attached = expand_mentions(text, session.root)
         try:
             task, resources = attach_resources(task, session)
         except FuguError as e:
@@ -243,7 +245,7 @@ class Repl:
 
         renderer = self.renderer
         self.approvals.cancelled.clear()
-        turn = TurnThread(session, task, renderer.on_event)
+        turn = TurnThread(session, task, renderer.on_event, overrides)
         try:
             result = turn.run(self._waiter(turn.cancel))
         except FuguError as e:
@@ -340,7 +342,7 @@ class Repl:
         return 1
 
     def _message(self) -> str:
-        worker = self._session.config.forced_worker if self._session else self.opts.worker
+        worker = self._session.settings().worker if self._session else self.opts.worker
         tags = [t for t in (worker, "ultra" if self._session and self._session.ultra else None) if t]
         return f"fugu [{' '.join(tags)}] › " if tags else "fugu › "
 
@@ -360,11 +362,11 @@ class Repl:
         if command == "ultra":
             return ["on", "off"]
         if command == "resume":
-            return [r.id for r in self._session.deps.store.list_sessions(20)]
+            return [r.id for r in self._session.recent_sessions(20)]
         return []
 
     def _root(self) -> Path:
-        return self._session.config.root if self._session else self.opts.cwd
+        return self._session.root if self._session else self.opts.cwd
 
     def _show_resumed(self, session: Session) -> None:
         from fugu_cli.ui.render import transcript_text
@@ -375,7 +377,7 @@ class Repl:
         last = steps[-1] if steps else None
         # the last step went to a /worker override: it was sticky, so it is again
         if (
-            session.config.forced_worker is None
+            session.settings().worker is None
             and last
             and last.source == "override"
             and last.worker in session.workers

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from acp import PROTOCOL_VERSION, spawn_agent_process, text_block
 from acp.schema import (
@@ -45,7 +45,7 @@ class Editor:
     async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
         self.updates.append(update)
 
-    def texts(self, kind: type) -> list[str]:
+    def texts(self, kind: type[Any]) -> list[str]:
         return [u.content.text for u in self.updates if isinstance(u, kind)]
 
     def said(self) -> str:
@@ -63,15 +63,17 @@ def _drive(editor: Editor, repo: Path, pool: Path, body: Callable[[Any], Awaitab
 
     async def run() -> Any:
         args = ("-m", "fugu_cli", "acp", "--pool", str(pool))
-        async with spawn_agent_process(editor, sys.executable, *args, cwd=repo, env=dict(os.environ)) as (
+        async with spawn_agent_process(
+            cast(Any, editor), sys.executable, *args, cwd=repo, env=dict(os.environ)
+        ) as (
             conn,
             _process,
         ):
             init = await conn.initialize(
                 protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities()
             )
-            assert init.agent_capabilities.load_session is True
-            assert init.agent_info.name == "fugu"
+            assert init.agent_capabilities is not None and init.agent_capabilities.load_session is True
+            assert init.agent_info is not None and init.agent_info.name == "fugu"
             return await body(conn)
 
     return asyncio.run(asyncio.wait_for(run(), timeout=120))
@@ -109,12 +111,14 @@ def test_an_edit_granted_in_the_editor_changes_the_file_and_the_next_prompt_sees
     assert (diff.type, diff.old_text, diff.new_text) == ("diff", BUGGY, FIXED)
     assert diff.path == str((repo / "calc.py").resolve())
     starts = [u for u in editor.updates if isinstance(u, ToolCallStart)]
-    assert [(s.kind, s.status, s.locations[0].path) for s in starts] == [("edit", "pending", diff.path)] * 2
+    assert [(s.kind, s.status, (s.locations or [])[0].path) for s in starts] == [
+        ("edit", "pending", diff.path)
+    ] * 2
     ends = [
         u for u in editor.updates if isinstance(u, ToolCallProgress) and u.status in ("completed", "failed")
     ]
     assert [e.status for e in ends] == ["failed", "completed"]
-    assert any(c.type == "diff" and c.new_text == FIXED for c in ends[1].content)
+    assert any(c.type == "diff" and c.new_text == FIXED for c in ends[1].content or [])
     assert editor.said() == "Fixed add().You asked me to fix add()."
     thoughts = editor.texts(AgentThoughtChunk)
     assert sum(t.startswith("↳ step") and "alpha" in t for t in thoughts) == 4  # the router's pick per step
@@ -155,7 +159,9 @@ def test_cancel_stops_a_slow_step_and_the_session_goes_on(tmp_path: Path, loopba
     assert any("take your time" in str(m["content"]) for m in second if m["role"] == "user")
     # the repository's custom command is offered after `/`, and `/greet Bob` runs as its prompt
     [offered] = [u for u in editor.updates if isinstance(u, AvailableCommandsUpdate)]
-    assert [(c.name, c.input.root.hint) for c in offered.available_commands] == [("greet", "NAME")]
+    assert [(c.name, c.input and c.input.root.hint) for c in offered.available_commands] == [
+        ("greet", "NAME")
+    ]
     assert [m["content"] for m in second if m["role"] == "user"][-1].startswith("Say hello to Bob, briefly.")
 
 

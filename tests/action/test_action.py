@@ -86,7 +86,8 @@ class Job:
 
 def _pull_request(job: Job) -> dict[str, Any]:
     text = (Path(__file__).parent / "pull_request.json").read_text()
-    return json.loads(text.replace("BASE_SHA", job.base).replace("HEAD_SHA", job.head))
+    event: dict[str, Any] = json.loads(text.replace("BASE_SHA", job.base).replace("HEAD_SHA", job.head))
+    return event
 
 
 def test_a_pull_request_gets_the_answer_and_the_routing_summary_and_no_secret(

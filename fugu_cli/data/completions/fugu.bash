@@ -23,20 +23,20 @@ _fugu() {
         esac
     done
     case "$sub|$prev" in
-        "|--output-format") COMPREPLY=($(compgen -W "text json stream-json" -- "$cur")); return ;;
+        "|--output-format") return ;;
         "|--max-turns") return ;;
         "|--max-budget-usd") return ;;
         "|--worker") return ;;
         "|--model") return ;;
         "|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        "|--permission-mode") COMPREPLY=($(compgen -W "ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan dontAsk" -- "$cur")); return ;;
+        "|--permission-mode") return ;;
         "|--allowedTools"|"|--allowed-tools") return ;;
         "|--disallowedTools"|"|--disallowed-tools") return ;;
         "|--tools") return ;;
         "|--system-prompt") return ;;
-        "|--system-prompt-file") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "|--system-prompt-file") return ;;
         "|--append-system-prompt") return ;;
-        "|--input-format") COMPREPLY=($(compgen -W "text stream-json" -- "$cur")); return ;;
+        "|--input-format") return ;;
         "|--permission-prompt-tool") return ;;
         "|--resume"|"|-r") return ;;
         "|--router") COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -60,22 +60,22 @@ _fugu() {
         "serve|--host") return ;;
         "serve|--port") return ;;
         "serve|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        "serve|--permission-mode") COMPREPLY=($(compgen -W "ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan dontAsk" -- "$cur")); return ;;
+        "serve|--permission-mode") return ;;
         "serve|--api-key") return ;;
         "serve|--api-key-env") return ;;
         "serve|--cors-origin") return ;;
         "acp|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "acp|--worker") return ;;
         "acp|--router") COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        "acp|--permission-mode") COMPREPLY=($(compgen -W "ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan dontAsk" -- "$cur")); return ;;
+        "acp|--permission-mode") return ;;
         "acp|--max-turns") return ;;
         "acp|--max-budget-usd") return ;;
         "sessions|--limit"|"sessions|-n") return ;;
-        "sessions export|--format"|"sessions export|-f") COMPREPLY=($(compgen -W "md json html" -- "$cur")); return ;;
-        "sessions export|--output"|"sessions export|-o") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "sessions export|--format"|"sessions export|-f") return ;;
+        "sessions export|--output"|"sessions export|-o") return ;;
         "router info|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "router train|--data") COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        "router train|--out") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "router train|--out") return ;;
         "router train|--stage") return ;;
         "router train|--split") return ;;
         "router train|--tau") return ;;
@@ -84,7 +84,7 @@ _fugu() {
         "router train|--lambda") return ;;
         "router train|--seed") return ;;
         "router train|--threads") return ;;
-        "router train|--prices") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "router train|--prices") return ;;
         "router train|--processes") return ;;
         "router train|--executor") return ;;
         "router train|--ray-address") return ;;
@@ -92,16 +92,16 @@ _fugu() {
         "router eval|--router") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "router eval|--split") return ;;
         "router eval|--k") return ;;
-        "router eval|--plot") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "router eval|--plot") return ;;
         "router eval|--threads") return ;;
         "router eval|--train-data") return ;;
-        "router eval|--prices") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "router eval|--prices") return ;;
         "router eval|--lambdas") return ;;
     esac
     local opts="" subs=""
     case "$sub" in
         "") opts="-p --print --output-format --max-turns --max-budget-usd --worker --model --pool --permission-mode --allowedTools --allowed-tools --disallowedTools --disallowed-tools --tools --system-prompt --system-prompt-file --append-system-prompt --input-format --permission-prompt-tool --include-partial-messages --yes -y --continue -c --resume -r --router --cost-weight --ultra --plan --verbose --trust-project --debug --no-repo-map --mcp-config --strict-mcp-config --version --help" subs="pool doctor completion demo eval serve acp sessions router mcp" ;;
-        "pool") opts="--pool --json --help" subs="" ;;
+        "pool") opts="--pool --json --reset-health --help" subs="" ;;
         "doctor") opts="--pool --help" subs="" ;;
         "completion") opts="--help" subs="" ;;
         "demo") opts="--router --keep --help" subs="" ;;

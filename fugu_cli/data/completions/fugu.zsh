@@ -25,20 +25,20 @@ _fugu() {
         esac
     done
     case "$sub|$prev" in
-        '|--output-format') compadd -- text json stream-json; return ;;
+        '|--output-format') return ;;
         '|--max-turns') return ;;
         '|--max-budget-usd') return ;;
         '|--worker') return ;;
         '|--model') return ;;
         '|--pool') _files; return ;;
-        '|--permission-mode') compadd -- ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan dontAsk; return ;;
+        '|--permission-mode') return ;;
         '|--allowedTools'|'|--allowed-tools') return ;;
         '|--disallowedTools'|'|--disallowed-tools') return ;;
         '|--tools') return ;;
         '|--system-prompt') return ;;
-        '|--system-prompt-file') _files; return ;;
+        '|--system-prompt-file') return ;;
         '|--append-system-prompt') return ;;
-        '|--input-format') compadd -- text stream-json; return ;;
+        '|--input-format') return ;;
         '|--permission-prompt-tool') return ;;
         '|--resume'|'|-r') return ;;
         '|--router') _files; return ;;
@@ -62,22 +62,22 @@ _fugu() {
         'serve|--host') return ;;
         'serve|--port') return ;;
         'serve|--pool') _files; return ;;
-        'serve|--permission-mode') compadd -- ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan dontAsk; return ;;
+        'serve|--permission-mode') return ;;
         'serve|--api-key') return ;;
         'serve|--api-key-env') return ;;
         'serve|--cors-origin') return ;;
         'acp|--pool') _files; return ;;
         'acp|--worker') return ;;
         'acp|--router') _files; return ;;
-        'acp|--permission-mode') compadd -- ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan dontAsk; return ;;
+        'acp|--permission-mode') return ;;
         'acp|--max-turns') return ;;
         'acp|--max-budget-usd') return ;;
         'sessions|--limit'|'sessions|-n') return ;;
-        'sessions export|--format'|'sessions export|-f') compadd -- md json html; return ;;
-        'sessions export|--output'|'sessions export|-o') _files; return ;;
+        'sessions export|--format'|'sessions export|-f') return ;;
+        'sessions export|--output'|'sessions export|-o') return ;;
         'router info|--pool') _files; return ;;
         'router train|--data') _files; return ;;
-        'router train|--out') _files; return ;;
+        'router train|--out') return ;;
         'router train|--stage') return ;;
         'router train|--split') return ;;
         'router train|--tau') return ;;
@@ -86,7 +86,7 @@ _fugu() {
         'router train|--lambda') return ;;
         'router train|--seed') return ;;
         'router train|--threads') return ;;
-        'router train|--prices') _files; return ;;
+        'router train|--prices') return ;;
         'router train|--processes') return ;;
         'router train|--executor') return ;;
         'router train|--ray-address') return ;;
@@ -94,18 +94,18 @@ _fugu() {
         'router eval|--router') _files; return ;;
         'router eval|--split') return ;;
         'router eval|--k') return ;;
-        'router eval|--plot') _files; return ;;
+        'router eval|--plot') return ;;
         'router eval|--threads') return ;;
         'router eval|--train-data') return ;;
-        'router eval|--prices') _files; return ;;
+        'router eval|--prices') return ;;
         'router eval|--lambdas') return ;;
     esac
     local -a items
     case "$sub" in
         '')
-            if [[ "$cur" == -* ]]; then items=('-p:Run the task non-interactively and exit.' '--print:Run the task non-interactively and exit.' '--output-format:text, json (one object) or stream-json (a line per event).' '--max-turns:Most steps per task.' '--max-budget-usd:Stop when the task has cost this much.' '--worker:Force this worker for every step.' '--model:Force a worker by name or litellm model id; auto: the router picks.' '--pool:A TOML file of [[workers]].' '--permission-mode:ask, auto-edit, full-auto or read-only (or Claude Code'\''s default, acceptEdits, bypassPermissions, plan, dontAsk).' '--allowedTools:Allow these without asking: Bash(git status:*),Edit.' '--allowed-tools:Allow these without asking: Bash(git status:*),Edit.' '--disallowedTools:Refuse these: Bash(rm:*),Write.' '--disallowed-tools:Refuse these: Bash(rm:*),Write.' '--tools:The only tools the workers see (default: all; '\'''\'': none).' '--system-prompt:Replace fugu'\''s instructions to the workers.' '--system-prompt-file:Replace them with this file'\''s text.' '--append-system-prompt:Add this to fugu'\''s instructions.' '--input-format:text, or stream-json: user messages as JSON lines on stdin.' '--permission-prompt-tool:stdio (with --input-format stream-json): ask the client before edits and commands.' '--include-partial-messages:stream-json: also send the workers'\'' text as it comes.' '--yes:Allow edits and commands (same as full-auto).' '-y:Allow edits and commands (same as full-auto).' '--continue:Continue the last session here.' '-c:Continue the last session here.' '--resume:Resume the session with this id.' '-r:Resume the session with this id.' '--router:A router checkpoint directory, '\''default'\'' or '\''prior'\''.' '--cost-weight:λ in reward per US dollar (default: the router checkpoint'\''s own).' '--ultra:Let a conductor plan a multi-worker workflow.' '--plan:Run this workflow file (ultra mode).' '--verbose:Show route decisions and tool calls on stderr.' '--trust-project:Obey this repository'\''s own files in full: .fugu/config.toml (workers, permissions), .mcp.json and hooks.' '--debug:Also print fugu'\''s log (kept in FUGU_HOME/logs) on stderr.' '--no-repo-map:Give the workers no repository map at each turn.' '--mcp-config:MCP servers from a file or JSON string: {"mcpServers": {...}}.' '--strict-mcp-config:Use only the MCP servers of --mcp-config.' '--version:Print the version and exit.' '--help:Show this message and exit.'); else items=('pool:List the workers: usable or not (and why), model, price.' 'doctor:Check this machine and folder: versions, keys, usable workers, the router a session would use.' 'completion:Print the shell completion script (where to put it: README.md, Shell completions).' 'demo:Replay a recorded multi-worker session offline: see fugu work without a key.' 'eval:Run a task suite per worker and per mode, score each run by the task'\''s check, and store the rewards that router training learns from. Without --worker/--mode: every usable worker and fugu.' 'serve:Serve an OpenAI-compatible endpoint: fugu (router-only pass-through), fugu-agent, fugu-ultra, fugu/<worker>.' 'acp:Serve the Agent Client Protocol on stdin/stdout: fugu as the agent of an editor (Zed, JetBrains).' 'sessions:List and inspect past sessions.' 'router:Inspect, train and judge routers.' 'mcp:The MCP servers a session here gets.'); fi ;;
+            if [[ "$cur" == -* ]]; then items=('-p:Run the task non-interactively and exit.' '--print:Run the task non-interactively and exit.' '--output-format:text, json (one object) or stream-json (a line per event).' '--max-turns:Most steps per task.' '--max-budget-usd:Stop when the task has cost this much.' '--worker:Force this worker for every step.' '--model:Force a worker by name or litellm model id; auto: the router picks.' '--pool:A TOML file of [[workers]].' '--permission-mode:ask, auto-edit, full-auto or read-only (or Claude Code'\''s default, acceptEdits, bypassPermissions, plan, dontAsk).' '--allowedTools:Allow these without asking: Bash(git status:*),Edit.' '--allowed-tools:Allow these without asking: Bash(git status:*),Edit.' '--disallowedTools:Refuse these: Bash(rm:*),Write.' '--disallowed-tools:Refuse these: Bash(rm:*),Write.' '--tools:The only tools the workers see (default: all; '\'''\'': none).' '--system-prompt:Replace fugu'\''s instructions to the workers.' '--system-prompt-file:Replace them with this file'\''s text.' '--append-system-prompt:Add this to fugu'\''s instructions.' '--input-format:text, or stream-json: user messages as JSON lines on stdin.' '--permission-prompt-tool:stdio (with --input-format stream-json): ask the client before edits and commands.' '--include-partial-messages:stream-json: also send the workers'\'' text as it comes.' '--yes:Allow edits and commands (same as full-auto).' '-y:Allow edits and commands (same as full-auto).' '--continue:Continue the last session here.' '-c:Continue the last session here.' '--resume:Resume the session with this id.' '-r:Resume the session with this id.' '--router:A router checkpoint directory, '\''default'\'' or '\''prior'\''.' '--cost-weight:λ in reward per US dollar (default: the router checkpoint'\''s own).' '--ultra:Let a conductor plan a multi-worker workflow.' '--plan:Run this workflow file (ultra mode).' '--verbose:Show route decisions and tool calls on stderr.' '--trust-project:Obey this repository'\''s own files in full: .fugu/config.toml (workers, permissions), .mcp.json and hooks.' '--debug:Also print fugu'\''s log (kept in FUGU_HOME/logs) on stderr.' '--no-repo-map:Give the workers no repository map at each turn.' '--mcp-config:MCP servers from a file or JSON string: {"mcpServers": {...}}.' '--strict-mcp-config:Use only the MCP servers of --mcp-config.' '--version:Print the version and exit.' '--help:Show this message and exit.'); else items=('pool:List the workers: usable or not (and why), model, price, window, and any cool-down after failing.' 'doctor:Check this machine and folder: versions, keys, usable workers, the router a session would use.' 'completion:Print the shell completion script (where to put it: README.md, Shell completions).' 'demo:Replay a recorded multi-worker session offline: see fugu work without a key.' 'eval:Run a task suite per worker and per mode, score each run by the task'\''s check, and store the rewards that router training learns from. Without --worker/--mode: every usable worker and fugu.' 'serve:Serve an OpenAI-compatible endpoint: fugu (router-only pass-through), fugu-agent, fugu-ultra, fugu/<worker>.' 'acp:Serve the Agent Client Protocol on stdin/stdout: fugu as the agent of an editor (Zed, JetBrains).' 'sessions:List and inspect past sessions.' 'router:Inspect, train and judge routers.' 'mcp:The MCP servers a session here gets.'); fi ;;
         'pool')
-            if [[ "$cur" == -* ]]; then items=('--pool:A TOML file of [[workers]].' '--json:Print JSON.' '--help:Show this message and exit.'); else items=(); fi ;;
+            if [[ "$cur" == -* ]]; then items=('--pool:A TOML file of [[workers]].' '--json:Print JSON.' '--reset-health:Forget recent failures: no worker is cooling down.' '--help:Show this message and exit.'); else items=(); fi ;;
         'doctor')
             if [[ "$cur" == -* ]]; then items=('--pool:A TOML file of [[workers]].' '--help:Show this message and exit.'); else items=(); fi ;;
         'completion')
