@@ -62,6 +62,8 @@ _fugu() {
         "serve|--api-key") return ;;
         "serve|--api-key-env") return ;;
         "serve|--cors-origin") return ;;
+        "serve|--header-timeout") return ;;
+        "serve|--body-timeout") return ;;
         "sessions|--limit"|"sessions|-n") return ;;
         "router info|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "router train|--data") COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -96,7 +98,7 @@ _fugu() {
         "completion") opts="--help" subs="" ;;
         "demo") opts="--router --keep --help" subs="" ;;
         "eval") opts="--worker --mode --repeats --parallel --task --executor --ray-address --pool --router --max-turns --max-budget-usd --json --keep --help" subs="" ;;
-        "serve") opts="--host --port --pool --permission-mode --api-key --api-key-env --cors-origin --help" subs="" ;;
+        "serve") opts="--host --port --pool --permission-mode --api-key --api-key-env --cors-origin --header-timeout --body-timeout --help" subs="" ;;
         "sessions") opts="--limit -n --help" subs="show" ;;
         "sessions show") opts="--help" subs="" ;;
         "router") opts="--help" subs="info train eval" ;;

@@ -112,6 +112,8 @@ complete -c fugu -n '__fugu_at \'serve\'' -l permission-mode -x -a 'ask auto-edi
 complete -c fugu -n '__fugu_at \'serve\'' -l api-key -x -d 'Require this bearer token.'
 complete -c fugu -n '__fugu_at \'serve\'' -l api-key-env -x -d 'Require the bearer token held in variable VAR.'
 complete -c fugu -n '__fugu_at \'serve\'' -l cors-origin -x -d 'Let web pages from ORIGIN call (repeatable).'
+complete -c fugu -n '__fugu_at \'serve\'' -l header-timeout -x -d 'Close a connection whose request head is late.'
+complete -c fugu -n '__fugu_at \'serve\'' -l body-timeout -x -d 'Answer 408 to a request body this late.'
 complete -c fugu -n '__fugu_at \'serve\'' -l help -d 'Show this message and exit.'
 complete -c fugu -n '__fugu_at \'sessions\'' -a show -d 'Print each step of a session: worker, why it was chosen, tools called, cost.'
 complete -c fugu -n '__fugu_at \'sessions\'' -l limit -s n -x -d ''
