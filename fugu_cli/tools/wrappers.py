@@ -51,7 +51,6 @@ def _f(words: str) -> frozenset[str]:
     return frozenset(words.split())
 
 
-_SHELL_RUNNERS = Spec(script_short="c", script_long=_f("command session-command"), positional=1)
 WRAPPERS: dict[str, Spec] = {
     "command": Spec(lookup="vV"),
     "builtin": Spec(),
