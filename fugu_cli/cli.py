@@ -388,6 +388,16 @@ def serve_cmd(
         list[str] | None,
         typer.Option("--cors-origin", metavar="ORIGIN", help="Let web pages from ORIGIN call (repeatable)."),
     ] = None,
+    header_timeout: Annotated[
+        float,
+        typer.Option(
+            "--header-timeout", min=0.1, metavar="S", help="Close a connection whose request head is late."
+        ),
+    ] = 10.0,
+    body_timeout: Annotated[
+        float,
+        typer.Option("--body-timeout", min=0.1, metavar="S", help="Answer 408 to a request body this late."),
+    ] = 60.0,
 ) -> None:
     """Serve an OpenAI-compatible endpoint: fugu (router-only pass-through), fugu-agent, fugu-ultra,
     fugu/<worker>."""
@@ -403,6 +413,8 @@ def serve_cmd(
         api_key=api_key,
         api_key_env=api_key_env,
         cors_origins=tuple(cors_origin or ()),
+        header_timeout_s=header_timeout,
+        body_timeout_s=body_timeout,
     )
     raise typer.Exit(serve.main(options))
 

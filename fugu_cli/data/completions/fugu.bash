@@ -64,6 +64,8 @@ _fugu() {
         "serve|--api-key") return ;;
         "serve|--api-key-env") return ;;
         "serve|--cors-origin") return ;;
+        "serve|--header-timeout") return ;;
+        "serve|--body-timeout") return ;;
         "acp|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "acp|--worker") return ;;
         "acp|--router") COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -106,7 +108,7 @@ _fugu() {
         "completion") opts="--help" subs="" ;;
         "demo") opts="--router --keep --help" subs="" ;;
         "eval") opts="--worker --mode --repeats --parallel --task --executor --ray-address --pool --router --max-turns --max-budget-usd --json --keep --help" subs="" ;;
-        "serve") opts="--host --port --pool --permission-mode --api-key --api-key-env --cors-origin --help" subs="" ;;
+        "serve") opts="--host --port --pool --permission-mode --api-key --api-key-env --cors-origin --header-timeout --body-timeout --help" subs="" ;;
         "acp") opts="--pool --worker --router --permission-mode --max-turns --max-budget-usd --trust-project --debug --help" subs="" ;;
         "sessions") opts="--limit -n --help" subs="show export" ;;
         "sessions show") opts="--help" subs="" ;;

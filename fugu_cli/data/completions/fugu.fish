@@ -118,6 +118,8 @@ complete -c fugu -n '__fugu_at \'serve\'' -l permission-mode -x -d 'What the age
 complete -c fugu -n '__fugu_at \'serve\'' -l api-key -x -d 'Require this bearer token.'
 complete -c fugu -n '__fugu_at \'serve\'' -l api-key-env -x -d 'Require the bearer token held in variable VAR.'
 complete -c fugu -n '__fugu_at \'serve\'' -l cors-origin -x -d 'Let web pages from ORIGIN call (repeatable).'
+complete -c fugu -n '__fugu_at \'serve\'' -l header-timeout -x -d 'Close a connection whose request head is late.'
+complete -c fugu -n '__fugu_at \'serve\'' -l body-timeout -x -d 'Answer 408 to a request body this late.'
 complete -c fugu -n '__fugu_at \'serve\'' -l help -d 'Show this message and exit.'
 complete -c fugu -n '__fugu_at \'acp\'' -l pool -r -F -d 'A TOML file of [[workers]].'
 complete -c fugu -n '__fugu_at \'acp\'' -l worker -x -d 'Force this worker for every step.'

@@ -66,6 +66,8 @@ _fugu() {
         'serve|--api-key') return ;;
         'serve|--api-key-env') return ;;
         'serve|--cors-origin') return ;;
+        'serve|--header-timeout') return ;;
+        'serve|--body-timeout') return ;;
         'acp|--pool') _files; return ;;
         'acp|--worker') return ;;
         'acp|--router') _files; return ;;
@@ -115,7 +117,7 @@ _fugu() {
         'eval')
             if [[ "$cur" == -* ]]; then items=('--worker:Evaluate this worker alone (repeatable).' '--mode:fugu (the router picks) or ultra (repeatable).' '--repeats:Runs per task and arm.' '--parallel:Runs at once (default 2; with Ray: the cluster'\''s CPUs).' '--task:Only tasks whose id matches this glob (repeatable).' '--executor:local (threads here) or ray (a Ray cluster).' '--ray-address:A Ray cluster to join (auto, ray://HOST:10001); none: start one.' '--pool:A TOML file of [[workers]].' '--router:A router checkpoint for the fugu arm, or '\''prior'\''.' '--max-turns:Most steps per run.' '--max-budget-usd:Stop a run when it has cost this much.' '--json:Print the report as one JSON object.' '--keep:Keep each run'\''s task repo.' '--help:Show this message and exit.'); else items=(); fi ;;
         'serve')
-            if [[ "$cur" == -* ]]; then items=('--host:Address to listen on (loopback only by default).' '--port:Port (0: any free one).' '--pool:A TOML file of [[workers]].' '--permission-mode:What the agent'\''s tools may do: read-only (default), auto-edit, full-auto; ask refuses.' '--api-key:Require this bearer token.' '--api-key-env:Require the bearer token held in variable VAR.' '--cors-origin:Let web pages from ORIGIN call (repeatable).' '--help:Show this message and exit.'); else items=(); fi ;;
+            if [[ "$cur" == -* ]]; then items=('--host:Address to listen on (loopback only by default).' '--port:Port (0: any free one).' '--pool:A TOML file of [[workers]].' '--permission-mode:What the agent'\''s tools may do: read-only (default), auto-edit, full-auto; ask refuses.' '--api-key:Require this bearer token.' '--api-key-env:Require the bearer token held in variable VAR.' '--cors-origin:Let web pages from ORIGIN call (repeatable).' '--header-timeout:Close a connection whose request head is late.' '--body-timeout:Answer 408 to a request body this late.' '--help:Show this message and exit.'); else items=(); fi ;;
         'acp')
             if [[ "$cur" == -* ]]; then items=('--pool:A TOML file of [[workers]].' '--worker:Force this worker for every step.' '--router:A router checkpoint directory, '\''default'\'' or '\''prior'\''.' '--permission-mode:The sessions'\'' starting mode (default ask: the editor asks).' '--max-turns:Most steps per prompt.' '--max-budget-usd:Stop a prompt when it has cost this much.' '--trust-project:Obey the repositories'\'' own .fugu/config.toml in full.' '--debug:Also print fugu'\''s log on stderr.' '--help:Show this message and exit.'); else items=(); fi ;;
         'sessions')
