@@ -412,21 +412,19 @@ def conductor_train(
     from fugu_cli.eval.conductor_cmd import TrainRequest, train_main
 
     cfg = LMConfig(
-        steps,
-        group,
-        prompts_per_step,
-        lr,
-        completion_tokens,
-        1.0,
-        beta,
-        lora_rank,
-        2 * max(lora_rank, 1),
-        sft_steps,
-        sft_lr,
-        8,
-        seed,
-        device,
-        bf16,
+        steps=steps,
+        group=group,
+        prompts_per_step=prompts_per_step,
+        learning_rate=lr,
+        completion_tokens=completion_tokens,
+        beta=beta,
+        lora_rank=lora_rank,
+        lora_alpha=2 * max(lora_rank, 1),
+        sft_steps=sft_steps,
+        sft_learning_rate=sft_lr,
+        seed=seed,
+        device=device,
+        bf16=bf16,
     )
     rules = Rules(carry_accuracy=carry, lam=lam, max_depth=max_depth)
     req = TrainRequest(data, base, out, cfg, rules, split, min_workers, max_workers, env, suite, pool)

@@ -32,7 +32,15 @@ def main() -> int:
     started = time.monotonic()
     gguf = assemble(args.out.parent / "gemma-3-270m-q4_k_m.gguf")
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    # transformers will not save a model it loaded from GGUF: copy the dequantised weights into a plain one
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict())
+    model.generation_config = loaded.generation_config
+    model.eval()
     args.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(args.out))
     tok.save_pretrained(str(args.out))

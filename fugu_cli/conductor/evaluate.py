@@ -79,6 +79,7 @@ def judged_rows(spec: EvalSpec, meta: dict[str, Any]) -> tuple[RewardMatrix, int
 
 def evaluate(spec: EvalSpec) -> dict[str, Any]:
     """The report `--json` prints."""
+    lm.check_folder(spec.conductor)
     meta = lm.read_meta(spec.conductor)
     trained = Rules(**meta["rules"]) if "rules" in meta else Rules()
     rules = Rules(

@@ -54,8 +54,7 @@ Reward = Callable[[list[str], list[int]], list[float]]  # (completions, item ids
 
 def load(path: Path, *, device: str = "auto") -> Policy:
     """A causal LM and its tokenizer from a local folder (a base model, or a trained conductor)."""
-    if not (path / "config.json").is_file():
-        raise UsageError(f"{path} is not a Hugging Face model folder (no config.json)")
+    check_folder(path)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -68,6 +67,11 @@ def load(path: Path, *, device: str = "auto") -> Policy:
     model.to(_device(device))
     model.eval()
     return Policy(model, tokenizer, path)
+
+
+def check_folder(path: Path) -> None:
+    if not (path / "config.json").is_file():
+        raise UsageError(f"{path} is not a Hugging Face model folder (no config.json)")
 
 
 def _device(device: str) -> str:
