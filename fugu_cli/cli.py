@@ -404,6 +404,7 @@ def conductor_train(
     seed: Annotated[int, typer.Option("--seed")] = 0,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
     bf16: Annotated[bool, typer.Option("--bf16", help="bfloat16 training (GPU).")] = False,
+    threads: Annotated[int | None, typer.Option("--threads", min=1, help="CPU threads for torch.")] = None,
 ) -> None:
     """Train a conductor with GRPO (TRL): a warm start on valid workflows, then workflows sampled per prompt,
     run in the environment, rewarded 0 / 0.5 / 1 − λ·USD against their group."""
@@ -425,6 +426,7 @@ def conductor_train(
         seed=seed,
         device=device,
         bf16=bf16,
+        threads=threads,
     )
     rules = Rules(carry_accuracy=carry, lam=lam, max_depth=max_depth)
     req = TrainRequest(data, base, out, cfg, rules, split, min_workers, max_workers, env, suite, pool)
@@ -450,13 +452,14 @@ def conductor_eval(
     ] = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+    threads: Annotated[int | None, typer.Option("--threads", min=1, help="CPU threads for torch.")] = None,
 ) -> None:
     """Judge a conductor on prompts it never trained on, by replay, beside the baselines: best single,
     best-of-N with a judge, cheap-first cascade, fixed templates, random workflows, oracle."""
     from fugu_cli.conductor.evaluate import EvalSpec
     from fugu_cli.eval.conductor_cmd import eval_main
 
-    spec = EvalSpec(data, conductor, lam, None, subset, best_of, limit, seed, device=device)
+    spec = EvalSpec(data, conductor, lam, None, subset, best_of, limit, seed, device=device, threads=threads)
     raise typer.Exit(eval_main(spec, json_out))
 
 

@@ -51,6 +51,7 @@ class EvalSpec:
     seed: int = 0
     max_new_tokens: int = 96
     device: str = "auto"
+    threads: int | None = None
 
 
 Plan = Callable[[Item], str]
@@ -215,7 +216,7 @@ def _random_plans(seed: int) -> Plan:
 def _conductor(
     spec: EvalSpec, data: RewardMatrix, items: Sequence[Item], env: ReplayEnvironment, rules: Rules
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    policy = lm.load(spec.conductor, device=spec.device)
+    policy = lm.load(spec.conductor, device=spec.device, threads=spec.threads)
     about = descriptions(data)
     allow = rules.max_depth > 0
     prompts = [prompt_of(it, about, allow_conductor=allow) for it in items]

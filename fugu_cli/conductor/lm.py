@@ -39,6 +39,7 @@ class LMConfig:
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda
     bf16: bool = False
+    threads: int | None = None  # CPU threads for torch (None: its default)
 
 
 @dataclass
@@ -52,12 +53,14 @@ StepLog = Callable[[int, int, dict[str, float]], None]  # (step, of steps, logge
 Reward = Callable[[list[str], list[int]], list[float]]  # (completions, item ids) -> rewards
 
 
-def load(path: Path, *, device: str = "auto") -> Policy:
+def load(path: Path, *, device: str = "auto", threads: int | None = None) -> Policy:
     """A causal LM and its tokenizer from a local folder (a base model, or a trained conductor)."""
     check_folder(path)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if threads is not None:
+        torch.set_num_threads(threads)
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     tokenizer.padding_side = "left"

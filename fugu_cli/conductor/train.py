@@ -109,7 +109,7 @@ def train(
     about = descriptions(data)
     allow = spec.rules.max_depth > 0
     log(f"{data.name}: {data.n} training prompts × {len(data.workers)} workers (split {split})")
-    policy = lm.load(spec.base, device=spec.lm.device)
+    policy = lm.load(spec.base, device=spec.lm.device, threads=spec.lm.threads)
     cfg = spec.lm
     if cfg.sft_steps > 0:
         warm = make_items(

@@ -82,6 +82,7 @@ def test_the_trained_conductor_plans_and_the_workflow_runs_end_to_end(
     assert run.events()[-1]["result"] == "ALPHA-DONE: add() adds now."
 
 
+@pytest.mark.timeout(900)
 def test_an_unparseable_trained_plan_falls_back_to_the_prompted_conductor_visibly(
     tmp_path: Path, models: dict[str, Path]
 ) -> None:

@@ -113,6 +113,7 @@ _fugu() {
         "conductor train|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "conductor train|--seed") return ;;
         "conductor train|--device") return ;;
+        "conductor train|--threads") return ;;
         "conductor eval|--data") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "conductor eval|--conductor") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "conductor eval|--lambda") return ;;
@@ -121,6 +122,7 @@ _fugu() {
         "conductor eval|--limit") return ;;
         "conductor eval|--seed") return ;;
         "conductor eval|--device") return ;;
+        "conductor eval|--threads") return ;;
     esac
     local opts="" subs=""
     case "$sub" in
@@ -138,8 +140,8 @@ _fugu() {
         "router train") opts="--data --out --stage --split --tau --svf --generations --lambda --seed --threads --store --prices --processes --executor --ray-address --help" subs="" ;;
         "router eval") opts="--data --router --split --k --json --plot --threads --store --train-data --allow-train-rows --skip-train-rows --prices --lambdas --help" subs="" ;;
         "conductor") opts="--help" subs="train eval" ;;
-        "conductor train") opts="--base --out --data --steps --group --prompts-per-step --lr --completion-tokens --lora-rank --sft-steps --sft-lr --beta --lambda --carry-accuracy --max-depth --split --min-workers --max-workers --env --suite --pool --seed --device --bf16 --help" subs="" ;;
-        "conductor eval") opts="--data --conductor --json --lambda --subset --best-of --limit --seed --device --help" subs="" ;;
+        "conductor train") opts="--base --out --data --steps --group --prompts-per-step --lr --completion-tokens --lora-rank --sft-steps --sft-lr --beta --lambda --carry-accuracy --max-depth --split --min-workers --max-workers --env --suite --pool --seed --device --bf16 --threads --help" subs="" ;;
+        "conductor eval") opts="--data --conductor --json --lambda --subset --best-of --limit --seed --device --threads --help" subs="" ;;
         "mcp") opts="--help" subs="list" ;;
         "mcp list") opts="--json --trust-project --help" subs="" ;;
     esac

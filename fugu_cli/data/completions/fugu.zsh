@@ -115,6 +115,7 @@ _fugu() {
         'conductor train|--pool') _files; return ;;
         'conductor train|--seed') return ;;
         'conductor train|--device') return ;;
+        'conductor train|--threads') return ;;
         'conductor eval|--data') _files; return ;;
         'conductor eval|--conductor') _files; return ;;
         'conductor eval|--lambda') return ;;
@@ -123,6 +124,7 @@ _fugu() {
         'conductor eval|--limit') return ;;
         'conductor eval|--seed') return ;;
         'conductor eval|--device') return ;;
+        'conductor eval|--threads') return ;;
     esac
     local -a items
     case "$sub" in
@@ -155,9 +157,9 @@ _fugu() {
         'conductor')
             if [[ "$cur" == -* ]]; then items=('--help:Show this message and exit.'); else items=('train:Train a conductor with GRPO (TRL): a warm start on valid workflows, then workflows sampled per prompt, run in the environment, rewarded 0 / 0.5 / 1 − λ·USD against their group.' 'eval:Judge a conductor on prompts it never trained on, by replay, beside the baselines: best single, best-of-N with a judge, cheap-first cascade, fixed templates, random workflows, oracle.'); fi ;;
         'conductor train')
-            if [[ "$cur" == -* ]]; then items=('--base:A local Hugging Face causal-LM folder to start from.' '--out:The folder to write the trained conductor to.' '--data:An outcome folder (dataset.toml) to replay workflows on.' '--steps:GRPO steps.' '--group:Workflows sampled per prompt.' '--prompts-per-step:' '--lr:GRPO learning rate.' '--completion-tokens:' '--lora-rank:LoRA rank; 0: full fine-tune.' '--sft-steps:Warm-start steps (0: none).' '--sft-lr:' '--beta:KL weight toward the base (0: none).' '--lambda:λ: reward per USD spent.' '--carry-accuracy:Replay: P(a step carries a right answer it sees).' '--max-depth:Recursion depth (0: none).' '--split:given[:LABEL] | kfold:K:SEED:FOLD | tasks:A,B | all.' '--min-workers:Smallest pool subset shown.' '--max-workers:Largest pool subset shown.' '--env:replay (an outcome folder) or live (a suite).' '--suite:live: the suite to run (e.g. pyfix).' '--pool:live: a TOML file of [[workers]].' '--seed:' '--device:auto, cpu or cuda.' '--bf16:bfloat16 training (GPU).' '--help:Show this message and exit.'); else items=(); fi ;;
+            if [[ "$cur" == -* ]]; then items=('--base:A local Hugging Face causal-LM folder to start from.' '--out:The folder to write the trained conductor to.' '--data:An outcome folder (dataset.toml) to replay workflows on.' '--steps:GRPO steps.' '--group:Workflows sampled per prompt.' '--prompts-per-step:' '--lr:GRPO learning rate.' '--completion-tokens:' '--lora-rank:LoRA rank; 0: full fine-tune.' '--sft-steps:Warm-start steps (0: none).' '--sft-lr:' '--beta:KL weight toward the base (0: none).' '--lambda:λ: reward per USD spent.' '--carry-accuracy:Replay: P(a step carries a right answer it sees).' '--max-depth:Recursion depth (0: none).' '--split:given[:LABEL] | kfold:K:SEED:FOLD | tasks:A,B | all.' '--min-workers:Smallest pool subset shown.' '--max-workers:Largest pool subset shown.' '--env:replay (an outcome folder) or live (a suite).' '--suite:live: the suite to run (e.g. pyfix).' '--pool:live: a TOML file of [[workers]].' '--seed:' '--device:auto, cpu or cuda.' '--bf16:bfloat16 training (GPU).' '--threads:CPU threads for torch.' '--help:Show this message and exit.'); else items=(); fi ;;
         'conductor eval')
-            if [[ "$cur" == -* ]]; then items=('--data:An outcome folder (dataset.toml) to judge on.' '--conductor:A trained conductor (or any causal-LM folder).' '--json:Print the report as one JSON object.' '--lambda:λ (default: the conductor'\''s).' '--subset:Show each prompt this many random workers.' '--best-of:N of best-of-N and of the cascade.' '--limit:Judge only the first N prompts.' '--seed:' '--device:auto, cpu or cuda.' '--help:Show this message and exit.'); else items=(); fi ;;
+            if [[ "$cur" == -* ]]; then items=('--data:An outcome folder (dataset.toml) to judge on.' '--conductor:A trained conductor (or any causal-LM folder).' '--json:Print the report as one JSON object.' '--lambda:λ (default: the conductor'\''s).' '--subset:Show each prompt this many random workers.' '--best-of:N of best-of-N and of the cascade.' '--limit:Judge only the first N prompts.' '--seed:' '--device:auto, cpu or cuda.' '--threads:CPU threads for torch.' '--help:Show this message and exit.'); else items=(); fi ;;
         'mcp')
             if [[ "$cur" == -* ]]; then items=('--help:Show this message and exit.'); else items=('list:Start each MCP server once and show where it comes from, its status, tools and prompts.'); fi ;;
         'mcp list')
