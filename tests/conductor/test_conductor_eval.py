@@ -100,12 +100,13 @@ def test_eval_json_on_an_unseen_folder_matches_the_outcome_file(tmp_path: Path, 
     assert "5 prompts it never trained on" in text.stdout and "best single (" in text.stdout
 
 
+@pytest.mark.timeout(900)
 def test_rows_the_conductor_trained_on_are_left_out_and_none_left_is_a_usage_error(
     tmp_path: Path, model: Path
 ) -> None:
     write_outcomes(tmp_path / "seen")
     meta = model / "conductor.json"
-    spec = EvalSpec(tmp_path / "seen", model, device="cpu")
+    spec = EvalSpec(tmp_path / "seen", model, device="cpu", max_new_tokens=24, threads=1)
     try:
         meta.write_text(
             json.dumps({"train_rows": {"ids": [id_key(f"q{i}") for i in range(20)], "texts": []}})

@@ -19,7 +19,7 @@ from fugu_cli.llm.scripted import ScriptedLLM
 from fugu_cli.ui.phrases import workflow_line
 from tests.conductor.kit import pool_for, step_requests, tc
 from tests.conductor.test_conductor import open_session
-from tests.conductor.tinylm import build
+from tests.conductor.tinylm import build, teach
 from tests.helpers import FIXED, fugu, make_repo, tool_reply
 
 REQUEST = "fix the failing test"
@@ -37,12 +37,11 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("trained-conductor")
     plan = json.dumps(PLAN)
     base = build(root / "base", [PROMPT, plan] * 20, vocab=400)
-    policy = lm.load(base, device="cpu")
-    cfg = lm.LMConfig(sft_steps=80, sft_learning_rate=3e-3, sft_batch=4, lora_rank=0, device="cpu")
-    lm.sft(policy, [PROMPT] * 16, [plan] * 16, cfg)
-    lm.save(policy, root / "taught", {"note": "taught one workflow"})
+    taught = build(root / "taught", [PROMPT, plan] * 20, vocab=400)
+    teach(taught, [PROMPT], [plan], steps=80, lr=3e-3)
+    policy = lm.load(taught, device="cpu", threads=1)
     assert lm.generate(policy, [PROMPT], max_new_tokens=80)[0].strip() == plan  # what the test relies on
-    return {"taught": root / "taught", "untrained": base}
+    return {"taught": taught, "untrained": base}
 
 
 def configure(conductor: str) -> None:

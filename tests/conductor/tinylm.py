@@ -3,7 +3,7 @@ offline, on the texts it will read and write, and a 2-layer Llama with random we
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 
@@ -45,3 +45,42 @@ def build(out: Path, corpus: Iterable[str], *, vocab: int = 400, hidden: int = 6
     model.save_pretrained(str(out))
     tok.save_pretrained(str(out))
     return out
+
+
+def teach(
+    folder: Path,
+    prompts: Sequence[str],
+    completions: Sequence[str],
+    *,
+    steps: int = 60,
+    lr: float = 1e-2,
+    batch: int = 16,
+) -> None:
+    """Fit the model in `folder` (in place) to answer each prompt with its completion (loss on the completion
+    only): a plain torch loop, far cheaper than a trainer on a loaded machine, for tests that need a model
+    that already writes workflows. Seeded."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)  # two OpenMP threads spin badly on a busy machine
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    model = AutoModelForCausalLM.from_pretrained(str(folder))
+    rows = []
+    for prompt, completion in zip(prompts, completions, strict=True):
+        p, c = tok(prompt)["input_ids"], tok(completion)["input_ids"] + [tok.eos_token_id]
+        rows.append((p + c, [-100] * len(p) + c))
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    for step in range(steps):
+        part = [rows[(step * batch + i) % len(rows)] for i in range(min(batch, len(rows)))]
+        width = max(len(ids) for ids, _ in part)
+        ids = torch.tensor([x + [tok.pad_token_id] * (width - len(x)) for x, _ in part])  # [b, t]
+        labels = torch.tensor([y + [-100] * (width - len(y)) for _, y in part])
+        mask = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x, _ in part])
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    model.save_pretrained(str(folder))
