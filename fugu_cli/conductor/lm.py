@@ -59,6 +59,7 @@ def load(path: Path, *, device: str = "auto", threads: int | None = None) -> Pol
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    _silence()
     if threads is not None:
         torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -70,6 +71,15 @@ def load(path: Path, *, device: str = "auto", threads: int | None = None) -> Pol
     model.to(_device(device))
     model.eval()
     return Policy(model, tokenizer, path)
+
+
+def _silence() -> None:
+    """No progress bars from the libraries (loading, saving, dataset maps): progress is ours to show."""
+    import datasets
+    from transformers.utils import logging
+
+    datasets.disable_progress_bars()
+    logging.disable_progress_bar()
 
 
 def check_folder(path: Path) -> None:
