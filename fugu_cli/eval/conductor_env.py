@@ -74,7 +74,8 @@ class LiveEnvironment:
         workdir = Path(tempfile.mkdtemp(prefix=f"fugu-conductor-{self.suite.name}-"))
         try:
             plan = workdir / "plan.json"
-            plan.write_text(json.dumps({"steps": workflow.to_json()}), encoding="utf-8")
+            steps = [s.model_dump(mode="json") for s in workflow.steps]
+            plan.write_text(json.dumps({"steps": steps}), encoding="utf-8")
             options = dataclasses.replace(self.resolved.options, plan=plan)
             ultra = self.resolved.config.ultra_settings.model_copy(
                 update={"max_depth": self._rules.max_depth}
