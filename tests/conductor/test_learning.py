@@ -18,13 +18,14 @@ from fugu_cli.conductor.train import StepStats, TrainSpec, train
 from fugu_cli.conductor.workflow import PlanError, parse
 from fugu_cli.router.data import load_dataset
 from tests.conductor.tinylm import build, teach
-from tests.conductor.toy import WORKERS, write_toy
+from tests.conductor.toy import write_toy
 
+PAIR = ("cat", "dog")  # the toy pool: one of them always succeeds, the other never
 CFG = lm.LMConfig(
-    steps=10,
+    steps=20,
     group=8,
     prompts_per_step=2,
-    learning_rate=1e-3,
+    learning_rate=5e-4,
     completion_tokens=32,
     lora_rank=0,
     sft_steps=0,  # warm-started below, by the test kit's plain loop (a trainer is slow on a loaded box)
@@ -37,33 +38,33 @@ CFG = lm.LMConfig(
 def toy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The toy data sets (cat or dog always succeeds) and a tiny model warm-started on valid workflows."""
     root = tmp_path_factory.mktemp("conductor-learning")
-    cat, dog = write_toy(root / "cat", "cat"), write_toy(root / "dog", "dog")
+    cat, dog = write_toy(root / "cat", "cat", workers=PAIR), write_toy(root / "dog", "dog", workers=PAIR)
     data = for_conductor(load_dataset(cat).complete())
     rng = np.random.default_rng(0)
-    items = make_items(data, range(data.n), rng, min_workers=4, max_workers=4)
+    items = make_items(data, range(data.n), rng, min_workers=2, max_workers=2)
     prompts = [prompt_of(i, descriptions(data), allow_conductor=False) for i in items]
     plans = warm_start(items, rng, ("single",))
     warm = build(root / "warm", prompts + plans)
-    teach(warm, prompts, plans, steps=80, lr=3e-3, batch=16)
+    teach(warm, prompts, plans, steps=120, lr=3e-3, batch=16)
     return {"cat": cat, "dog": dog, "warm": warm, "root": root}
 
 
 def shares(model: Path, data_dir: Path, n: int = 48) -> dict[str, float]:
-    """Of `n` sampled workflows (every worker shown, in random order), the share whose last step names each
+    """Of `n` sampled workflows (both workers shown, in random order), the share whose last step names each
     worker; "valid": the share that parse."""
     data = for_conductor(load_dataset(data_dir).complete())
     rng = np.random.default_rng(123)
-    items = make_items(data, rng.integers(0, data.n, n), rng, min_workers=4, max_workers=4)
+    items = make_items(data, rng.integers(0, data.n, n), rng, min_workers=2, max_workers=2)
     policy = lm.load(model, device="cpu", threads=1)
     prompts = [prompt_of(i, descriptions(data), allow_conductor=False) for i in items]
     texts = lm.generate(policy, prompts, max_new_tokens=CFG.completion_tokens, sample=True, seed=7, batch=48)
     finals: list[str] = []
     for text in texts:
         try:
-            finals.append(parse(text, WORKERS, allow_conductor=False).steps[-1].worker)
+            finals.append(parse(text, PAIR, allow_conductor=False).steps[-1].worker)
         except PlanError:
             finals.append("")
-    out = {w: finals.count(w) / n for w in WORKERS}
+    out = {w: finals.count(w) / n for w in PAIR}
     out["valid"] = sum(1 for f in finals if f) / n
     return out
 
@@ -73,8 +74,8 @@ def test_grpo_on_replayed_outcomes_teaches_the_tiny_model_to_name_the_worker_tha
     toy: dict[str, Path],
 ) -> None:
     before = shares(toy["warm"], toy["cat"])
-    assert before["valid"] >= 0.5, before  # the warm start writes workflows that parse
-    assert before["cat"] <= 0.45, before  # ... and names the workers about evenly
+    assert before["valid"] >= 0.6, before  # the warm start writes workflows that parse
+    assert 0.2 <= before["cat"] <= 0.6, before  # ... and names either worker
 
     steps: dict[str, list[StepStats]] = {"cat": [], "dog": []}
     for good in ("cat", "dog"):
@@ -85,8 +86,8 @@ def test_grpo_on_replayed_outcomes_teaches_the_tiny_model_to_name_the_worker_tha
             split="all",
             lm=CFG,
             rules=Rules(max_depth=0),
-            min_workers=4,
-            max_workers=4,
+            min_workers=2,
+            max_workers=2,
         )
         meta = train(spec, on_step=steps[good].append)
         assert len(meta["history"]) == CFG.steps
@@ -95,6 +96,6 @@ def test_grpo_on_replayed_outcomes_teaches_the_tiny_model_to_name_the_worker_tha
 
     assert after_cat["cat"] >= before["cat"] + 0.2, (before, after_cat)
     assert after_dog["dog"] >= before["dog"] + 0.2, (before, after_dog)
-    assert after_cat["cat"] >= after_dog["cat"] + 0.2, (after_cat, after_dog)  # the reward decides which
+    assert after_cat["cat"] >= after_dog["cat"] + 0.3, (after_cat, after_dog)  # the reward decides which
     assert [s.step for s in steps["cat"]] == list(range(1, CFG.steps + 1))
     assert all(0.0 <= s.parse_rate <= 1.0 for s in steps["cat"])
