@@ -94,8 +94,14 @@ def test_grpo_on_replayed_outcomes_teaches_the_tiny_model_to_name_the_worker_tha
     after_cat = shares(toy["root"] / "trained-cat", toy["cat"])
     after_dog = shares(toy["root"] / "trained-dog", toy["cat"])
 
-    assert after_cat["cat"] >= before["cat"] + 0.2, (before, after_cat)
-    assert after_dog["dog"] >= before["dog"] + 0.2, (before, after_dog)
-    assert after_cat["cat"] >= after_dog["cat"] + 0.3, (after_cat, after_dog)  # the reward decides which
+    def named(s: dict[str, float], worker: str) -> float:
+        """Of the workflows that parse, the share whose last step names `worker`."""
+        return s[worker] / s["valid"]
+
+    assert after_cat["valid"] >= 0.3 and after_dog["valid"] >= 0.3, (after_cat, after_dog)  # still plans
+    assert named(after_cat, "cat") >= named(before, "cat") + 0.15, (before, after_cat)
+    assert named(after_dog, "dog") >= named(before, "dog") + 0.15, (before, after_dog)
+    # the reward decides which worker it learns to name, not training as such
+    assert named(after_cat, "cat") >= named(after_dog, "cat") + 0.3, (after_cat, after_dog)
     assert [s.step for s in steps["cat"]] == list(range(1, CFG.steps + 1))
     assert all(0.0 <= s.parse_rate <= 1.0 for s in steps["cat"])
