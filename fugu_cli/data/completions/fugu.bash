@@ -13,12 +13,15 @@ _fugu() {
             "|acp") sub="acp" ;;
             "|sessions") sub="sessions" ;;
             "|router") sub="router" ;;
+            "|conductor") sub="conductor" ;;
             "|mcp") sub="mcp" ;;
             "sessions|show") sub="sessions show" ;;
             "sessions|export") sub="sessions export" ;;
             "router|info") sub="router info" ;;
             "router|train") sub="router train" ;;
             "router|eval") sub="router eval" ;;
+            "conductor|train") sub="conductor train" ;;
+            "conductor|eval") sub="conductor eval" ;;
             "mcp|list") sub="mcp list" ;;
         esac
     done
@@ -99,10 +102,43 @@ _fugu() {
         "router eval|--train-data") return ;;
         "router eval|--prices") return ;;
         "router eval|--lambdas") return ;;
+        "conductor train|--base") return ;;
+        "conductor train|--out") return ;;
+        "conductor train|--data") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "conductor train|--steps") return ;;
+        "conductor train|--group") return ;;
+        "conductor train|--prompts-per-step") return ;;
+        "conductor train|--lr") return ;;
+        "conductor train|--completion-tokens") return ;;
+        "conductor train|--lora-rank") return ;;
+        "conductor train|--sft-steps") return ;;
+        "conductor train|--sft-lr") return ;;
+        "conductor train|--beta") return ;;
+        "conductor train|--lambda") return ;;
+        "conductor train|--carry-accuracy") return ;;
+        "conductor train|--max-depth") return ;;
+        "conductor train|--split") return ;;
+        "conductor train|--min-workers") return ;;
+        "conductor train|--max-workers") return ;;
+        "conductor train|--env") return ;;
+        "conductor train|--suite") return ;;
+        "conductor train|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "conductor train|--seed") return ;;
+        "conductor train|--device") return ;;
+        "conductor train|--threads") return ;;
+        "conductor eval|--data") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "conductor eval|--conductor") return ;;
+        "conductor eval|--lambda") return ;;
+        "conductor eval|--subset") return ;;
+        "conductor eval|--best-of") return ;;
+        "conductor eval|--limit") return ;;
+        "conductor eval|--seed") return ;;
+        "conductor eval|--device") return ;;
+        "conductor eval|--threads") return ;;
     esac
     local opts="" subs=""
     case "$sub" in
-        "") opts="-p --print --output-format --max-turns --max-budget-usd --worker --model --pool --permission-mode --allowedTools --allowed-tools --disallowedTools --disallowed-tools --tools --system-prompt --system-prompt-file --append-system-prompt --input-format --permission-prompt-tool --include-partial-messages --yes -y --continue -c --resume -r --router --cost-weight --ultra --plan --verbose --trust-project --debug --no-repo-map --mcp-config --strict-mcp-config --version --help" subs="pool doctor completion demo eval serve acp sessions router mcp" ;;
+        "") opts="-p --print --output-format --max-turns --max-budget-usd --worker --model --pool --permission-mode --allowedTools --allowed-tools --disallowedTools --disallowed-tools --tools --system-prompt --system-prompt-file --append-system-prompt --input-format --permission-prompt-tool --include-partial-messages --yes -y --continue -c --resume -r --router --cost-weight --ultra --plan --verbose --trust-project --debug --no-repo-map --mcp-config --strict-mcp-config --version --help" subs="pool doctor completion demo eval serve acp sessions router conductor mcp" ;;
         "pool") opts="--pool --json --reset-health --help" subs="" ;;
         "doctor") opts="--pool --help" subs="" ;;
         "completion") opts="--help" subs="" ;;
@@ -117,6 +153,9 @@ _fugu() {
         "router info") opts="--pool --help" subs="" ;;
         "router train") opts="--data --out --stage --split --tau --svf --generations --lambda --seed --threads --store --prices --processes --executor --ray-address --help" subs="" ;;
         "router eval") opts="--data --router --split --k --json --plot --threads --store --train-data --allow-train-rows --skip-train-rows --prices --lambdas --help" subs="" ;;
+        "conductor") opts="--help" subs="train eval" ;;
+        "conductor train") opts="--base --out --data --steps --group --prompts-per-step --lr --completion-tokens --lora-rank --sft-steps --sft-lr --beta --lambda --carry-accuracy --max-depth --split --min-workers --max-workers --env --suite --pool --seed --device --bf16 --threads --help" subs="" ;;
+        "conductor eval") opts="--data --conductor --json --lambda --subset --best-of --limit --seed --device --threads --help" subs="" ;;
         "mcp") opts="--help" subs="list" ;;
         "mcp list") opts="--json --trust-project --help" subs="" ;;
     esac
