@@ -26,20 +26,20 @@ _fugu() {
         esac
     done
     case "$sub|$prev" in
-        "|--output-format") return ;;
+        "|--output-format") COMPREPLY=($(compgen -W "text json stream-json" -- "$cur")); return ;;
         "|--max-turns") return ;;
         "|--max-budget-usd") return ;;
         "|--worker") return ;;
         "|--model") return ;;
         "|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        "|--permission-mode") return ;;
+        "|--permission-mode") COMPREPLY=($(compgen -W "ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan dontAsk" -- "$cur")); return ;;
         "|--allowedTools"|"|--allowed-tools") return ;;
         "|--disallowedTools"|"|--disallowed-tools") return ;;
         "|--tools") return ;;
         "|--system-prompt") return ;;
         "|--system-prompt-file") return ;;
         "|--append-system-prompt") return ;;
-        "|--input-format") return ;;
+        "|--input-format") COMPREPLY=($(compgen -W "text stream-json" -- "$cur")); return ;;
         "|--permission-prompt-tool") return ;;
         "|--resume"|"|-r") return ;;
         "|--router") COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -63,7 +63,7 @@ _fugu() {
         "serve|--host") return ;;
         "serve|--port") return ;;
         "serve|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        "serve|--permission-mode") return ;;
+        "serve|--permission-mode") COMPREPLY=($(compgen -W "ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan dontAsk" -- "$cur")); return ;;
         "serve|--api-key") return ;;
         "serve|--api-key-env") return ;;
         "serve|--cors-origin") return ;;
@@ -72,11 +72,11 @@ _fugu() {
         "acp|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "acp|--worker") return ;;
         "acp|--router") COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        "acp|--permission-mode") return ;;
+        "acp|--permission-mode") COMPREPLY=($(compgen -W "ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan dontAsk" -- "$cur")); return ;;
         "acp|--max-turns") return ;;
         "acp|--max-budget-usd") return ;;
         "sessions|--limit"|"sessions|-n") return ;;
-        "sessions export|--format"|"sessions export|-f") return ;;
+        "sessions export|--format"|"sessions export|-f") COMPREPLY=($(compgen -W "md json html" -- "$cur")); return ;;
         "sessions export|--output"|"sessions export|-o") return ;;
         "router info|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "router train|--data") COMPREPLY=($(compgen -f -- "$cur")); return ;;

@@ -28,20 +28,20 @@ _fugu() {
         esac
     done
     case "$sub|$prev" in
-        '|--output-format') return ;;
+        '|--output-format') compadd -- text json stream-json; return ;;
         '|--max-turns') return ;;
         '|--max-budget-usd') return ;;
         '|--worker') return ;;
         '|--model') return ;;
         '|--pool') _files; return ;;
-        '|--permission-mode') return ;;
+        '|--permission-mode') compadd -- ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan dontAsk; return ;;
         '|--allowedTools'|'|--allowed-tools') return ;;
         '|--disallowedTools'|'|--disallowed-tools') return ;;
         '|--tools') return ;;
         '|--system-prompt') return ;;
         '|--system-prompt-file') return ;;
         '|--append-system-prompt') return ;;
-        '|--input-format') return ;;
+        '|--input-format') compadd -- text stream-json; return ;;
         '|--permission-prompt-tool') return ;;
         '|--resume'|'|-r') return ;;
         '|--router') _files; return ;;
@@ -65,7 +65,7 @@ _fugu() {
         'serve|--host') return ;;
         'serve|--port') return ;;
         'serve|--pool') _files; return ;;
-        'serve|--permission-mode') return ;;
+        'serve|--permission-mode') compadd -- ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan dontAsk; return ;;
         'serve|--api-key') return ;;
         'serve|--api-key-env') return ;;
         'serve|--cors-origin') return ;;
@@ -74,11 +74,11 @@ _fugu() {
         'acp|--pool') _files; return ;;
         'acp|--worker') return ;;
         'acp|--router') _files; return ;;
-        'acp|--permission-mode') return ;;
+        'acp|--permission-mode') compadd -- ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan dontAsk; return ;;
         'acp|--max-turns') return ;;
         'acp|--max-budget-usd') return ;;
         'sessions|--limit'|'sessions|-n') return ;;
-        'sessions export|--format'|'sessions export|-f') return ;;
+        'sessions export|--format'|'sessions export|-f') compadd -- md json html; return ;;
         'sessions export|--output'|'sessions export|-o') return ;;
         'router info|--pool') _files; return ;;
         'router train|--data') _files; return ;;
