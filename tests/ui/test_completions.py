@@ -55,7 +55,19 @@ def complete(*words: str) -> list[str]:
     [
         (
             ("",),
-            ["pool", "doctor", "completion", "demo", "eval", "serve", "acp", "sessions", "router", "conductor", "mcp"],
+            [
+                "pool",
+                "doctor",
+                "completion",
+                "demo",
+                "eval",
+                "serve",
+                "acp",
+                "sessions",
+                "router",
+                "conductor",
+                "mcp",
+            ],
         ),
         (("mcp", ""), ["list"]),
         (("mcp", "list", "--"), ["--json", "--trust-project", "--help"]),
