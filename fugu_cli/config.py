@@ -429,8 +429,28 @@ def _validated(layers: Sequence[tuple[str, dict[str, Any]]]) -> Config:
         except ValidationError as e:
             raise ConfigError(f"invalid setting in {source}: {explain(e)}") from e
     config = Config.model_validate(merged)
-    _cache_write("config", merged, config.model_dump(mode="json"))
+    if not _holds_secrets(
+        merged
+    ):  # the cache is a plain file: a secret the user gave stays where they gave it
+        _cache_write("config", merged, config.model_dump(mode="json"))
     return config
+
+
+_SECRET_TABLES = frozenset(
+    {"env", "headers"}
+)  # an MCP server's environment, an HTTP server's headers, hooks'
+
+
+def _holds_secrets(data: Any) -> bool:
+    """Whether a raw config holds values that are secrets by where they are (an `env` or `headers` table with
+    values), which must never be copied out of the file the user wrote them in."""
+    if isinstance(data, dict):
+        return any(
+            (str(k).lower() in _SECRET_TABLES and bool(v)) or _holds_secrets(v) for k, v in data.items()
+        )
+    if isinstance(data, list):
+        return any(_holds_secrets(v) for v in data)
+    return False
 
 
 def _cached(merged: dict[str, Any]) -> Config | None:
@@ -448,7 +468,8 @@ def workers_from_tables(items: Sequence[Any]) -> list[WorkerConfig]:
     if isinstance(found, list):
         return [_construct(WorkerConfig, w) for w in found]
     workers = [WorkerConfig.model_validate(item) for item in items]
-    _cache_write("pool", items, [w.model_dump(mode="json") for w in workers])
+    if not _holds_secrets(list(items)):
+        _cache_write("pool", items, [w.model_dump(mode="json") for w in workers])
     return workers
 
 
