@@ -69,7 +69,7 @@ class SandboxSettings(BaseModel):
     allow_network: bool = False
     pass_env: list[str] = Field(default_factory=list)  # extra variables commands may see
     writable: list[str] = Field(default_factory=list)  # extra writable paths, e.g. "~/.cache/uv"
-    hide: list[str] | None = None  # paths made invisible; None: the default credential folders
+    hide: list[str] | None = None  # paths made invisible besides the maintained credential list
 
 
 class ToolSettings(BaseModel):

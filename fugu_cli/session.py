@@ -430,14 +430,15 @@ class Session:
         def checkpoint() -> None:
             if turn in self.checkpoints:
                 return
-            from fugu_cli.tools import git
+            from fugu_cli.tools import checkpoints, git
 
             try:
-                self.checkpoints[turn] = git.checkpoint(self.config.root, f"{self.id}-t{turn}")
+                self.checkpoints[turn] = checkpoints.save(self.config.root, f"{self.id}-t{turn}")
                 if not self._pruned:  # once per session is enough
                     self._pruned = True
                     keep = self.config.keep_checkpoint_sessions
-                    git.prune_checkpoints(self.config.root, keep, keep=frozenset({self.id}))
+                    checkpoints.prune(self.config.root, keep, keep=frozenset({self.id}))
+                    git.prune_checkpoints(self.config.root, keep, keep=frozenset({self.id}))  # ultra's bases
             except Exception as e:  # not a git repo, or git missing: edits go on, /undo can't help
                 emit(Notice(session_id=self.id, level="warning", text=f"no checkpoint for /undo: {e}"))
                 self.checkpoints[turn] = ""
@@ -454,9 +455,9 @@ class Session:
             sha = self.checkpoints.pop(turn)
             self.deps.store.set_checkpoint(self.id, turn, None)
             if sha:
-                from fugu_cli.tools import git
+                from fugu_cli.tools import checkpoints
 
-                restored = git.restore_checkpoint(self.config.root, sha)
+                restored = checkpoints.restore(self.config.root, sha)
                 if restored:
                     return restored
         raise UsageError("nothing to undo: no turn of this session has changed files")

@@ -6,7 +6,6 @@ Only the models' words are scripted (fugu_cli/data/demo.json); the router, tools
 from __future__ import annotations
 
 import json
-import subprocess
 import tempfile
 from importlib import resources
 from pathlib import Path
@@ -19,8 +18,10 @@ def load_demo() -> dict[str, Any]:
     return data
 
 
-def _git(root: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+def _git(root: Path, *args: str, write: bool = True) -> str:
+    from fugu_cli.tools.gitrun import git
+
+    return git(root, *args, write=write).stdout
 
 
 def make_repo(root: Path, files: dict[str, str]) -> None:
@@ -58,7 +59,7 @@ def main(router: str | None, keep: bool) -> int:
     print(f"task: {demo['task']}\n")
     result = session.run_turn(demo["task"], Renderer(make_console(), compact=True).on_event)
     print(f"\n{result.result}\n")
-    diff = subprocess.run(["git", "diff"], cwd=repo, capture_output=True, text=True).stdout
+    diff = _git(repo, "diff", "--no-ext-diff", "--no-textconv", write=False)
     print(diff)
     print(f"see who did what: fugu sessions show {result.session_id}")
     if not keep:
