@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from fugu_cli.tools.gitrun import GitError, submodule_excludes
+from fugu_cli.tools.gitrun import GitError, excluding, submodules
 from fugu_cli.tools.gitrun import git as _git
 from fugu_cli.tools.sandbox import git_dirs
 
@@ -156,8 +156,8 @@ def _snapshot(root: Path, store: Path) -> str:
     forced = [p for p in tracked_ignored.split("\0") if p and _plain(root / p)]
     with _scratch(store, keep=True) as env:
         # a nested repository is recorded once, as a submodule entry, and never looked inside again
-        excludes = submodule_excludes(Path(env["GIT_INDEX_FILE"]), store)
-        _store_git(root, store, "add", "-A", "--", ".", *excludes, env=env)
+        known = submodules(Path(env["GIT_INDEX_FILE"]), store)
+        _store_git(root, store, "add", "-A", "--", ".", *excluding(known), env=env)
         if forced:
             pathspec = "\0".join(forced) + "\0"
             add = ("add", "-f", "--pathspec-from-file=-", "--pathspec-file-nul")

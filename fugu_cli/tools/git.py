@@ -17,8 +17,8 @@ from pathlib import Path
 
 from fugu_cli.tools.base import Invocation, ToolFailed
 from fugu_cli.tools.gitrun import GitError as GitError
+from fugu_cli.tools.gitrun import excluding, submodules
 from fugu_cli.tools.gitrun import git as _git
-from fugu_cli.tools.gitrun import submodule_excludes
 from fugu_cli.tools.sandbox import git_dirs
 from fugu_cli.tools.textio import shown
 
@@ -130,11 +130,17 @@ def _add_all(
     env: dict[str, str] | None = None,
     writable: list[Path] | None = None,
 ) -> None:
-    """`git add -A` of the whole tree, submodules left out (`gitrun.submodule_excludes` says why)."""
+    """`git add -A` of the whole tree, never entering a submodule and never adding one: a repository in the
+    tree (one a command cloned or made) stays out, or the user's next `git status` would run its config."""
     gits = git_dirs(cwd)
     index = index or (gits[0] / "index" if gits else None)
-    excludes = submodule_excludes(index, gits[-1]) if gits and index else []
-    _git(cwd, "add", "-A", "--", ".", *excludes, env=env, write=True, writable=writable or [])
+    before = submodules(index, gits[-1]) if gits and index else set()
+    _git(cwd, "add", "-A", "--", ".", *excluding(before), env=env, write=True, writable=writable or [])
+    added = submodules(index, gits[-1]) - before if gits and index else set()
+    if added:
+        paths = "".join(f"{p}\0" for p in sorted(added))
+        remove = ("update-index", "--force-remove", "-z", "--stdin")
+        _git(cwd, *remove, env=env, input=paths, write=True, writable=writable or [])
 
 
 @contextmanager

@@ -139,15 +139,20 @@ def _scan(cwd: Path) -> tuple[tuple[str, ...], tuple[Path, ...]]:
     return tuple(dict.fromkeys(found)), tuple(dict.fromkeys(watched))
 
 
-def submodule_excludes(index: Path, git_dir: Path) -> list[str]:
-    """Pathspecs that leave out every submodule `index` names: `git add` checks a submodule by running git
-    inside it, with the submodule's own config (its filters are not the ones emptied here)."""
+def submodules(index: Path, git_dir: Path) -> set[str]:
+    """The paths of the submodule entries (gitlinks) in `index`. fugu's git leaves them out of `git add`:
+    git checks a submodule by running git inside it, with the submodule's own config (whose filters are
+    not the ones emptied here)."""
     try:
-        paths = gitindex.gitlinks(index, gitindex.hash_size(git_dir), shared_dir=index.parent)
+        return gitindex.gitlinks(index, gitindex.hash_size(git_dir), shared_dir=index.parent)
     except FileNotFoundError:
-        return []
+        return set()
     except (OSError, ValueError) as e:
         raise GitError(f"cannot read the index {index}: {e}") from e
+
+
+def excluding(paths: set[str]) -> list[str]:
+    """Pathspecs that leave `paths` out."""
     return [f":(exclude,top,literal){p}" for p in sorted(paths)]
 
 

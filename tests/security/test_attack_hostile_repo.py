@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fugu_cli.tools import PermissionPolicy, ToolContext, sandbox
-from fugu_cli.tools import checkpoints
+from fugu_cli.tools import PermissionPolicy, ToolContext, checkpoints, sandbox
 from fugu_cli.tools.git import add_worktree, checkpoint, remove_worktree, worktree_diff
 from fugu_cli.types import ToolResult
 from tests.tools.conftest import git

@@ -138,9 +138,8 @@ def dated(repo: Path, label: str, when: int) -> None:
     tree = git(store, "rev-parse", f"{sha}^{{tree}}").strip()
     env = {**os.environ, "GIT_COMMITTER_DATE": f"{when} +0000", "GIT_AUTHOR_DATE": f"{when} +0000"}
     env |= {f"GIT_{who}_{what}": "t" for who in ("AUTHOR", "COMMITTER") for what in ("NAME", "EMAIL")}
-    new = subprocess.run(
-        ["git", "commit-tree", tree, "-m", label], cwd=store, env=env, check=True, capture_output=True, text=True
-    ).stdout.strip()
+    argv = ["git", "commit-tree", tree, "-m", label]
+    new = subprocess.run(argv, cwd=store, env=env, check=True, capture_output=True, text=True).stdout.strip()
     git(store, "update-ref", f"refs/fugu/checkpoints/{label}", new)
 
 

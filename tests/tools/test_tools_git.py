@@ -1,4 +1,4 @@
-"""git tools and the git library functions (worktrees, their base checkpoints, patches) on real repositories."""
+"""git tools and the git library functions (worktrees, their base checkpoints, patches), on real repos."""
 
 from __future__ import annotations
 
