@@ -12,6 +12,7 @@ gets the git directories read-only. Pure file work and bwrap options: starts no 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -19,6 +20,7 @@ import re
 import secrets
 import shutil
 import stat
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,13 +49,21 @@ _HEAD = re.compile(rb"\A(?:ref: refs/[^\s\0]+|[0-9a-f]{40}|[0-9a-f]{64})\n?\Z")
 
 @dataclass
 class StandIn:
-    """One git directory's stand-in while a command runs."""
+    """One git directory's stand-in. It outlives the command: its skeleton (the empty folders and files the
+    real entries are bound onto) is kept for the next command in this process, and only what the command
+    left beside it is removed (making and removing folders is what costs on some filesystems)."""
 
     real: Path
     stage: Path
+    skeleton: dict[str, bool] = field(default_factory=dict)  # entry -> is a folder
     before: dict[str, int] = field(default_factory=dict)  # state file -> its inode when the command began
     copies: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # HEAD, index: (inode, mtime, size)
     hash_size: int = 20
+
+
+_idle: dict[Path, list[StandIn]] = {}
+_idle_lock = threading.Lock()
+_at_exit = False
 
 
 @dataclass
@@ -69,8 +79,13 @@ class Guard:
         for s in self.stand_ins:
             try:
                 notes += _settle(s)
-            finally:
+                _reset(s)
+            except OSError as e:  # a stand-in that cannot be cleaned is not used again
+                log.info("stand-in %s dropped: %s", s.stage, e)
                 shutil.rmtree(s.stage, ignore_errors=True)
+                continue
+            with _idle_lock:
+                _idle.setdefault(s.real, []).append(s)
         return notes
 
 
@@ -104,6 +119,15 @@ def guard(git_dirs: list[Path], workspace: Path) -> Guard:
     return result
 
 
+def forget() -> None:
+    """Remove the idle stand-ins (at exit; a killed process's are swept by the next one)."""
+    with _idle_lock:
+        stages = [s.stage for pool in _idle.values() for s in pool]
+        _idle.clear()
+    for stage in stages:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
 def _submodules(git_dir: Path | None, workspace: Path) -> list[Path]:
     """The `.git` of each submodule the workspace's index names (that exists and is no link)."""
     if git_dir is None:
@@ -122,35 +146,75 @@ def _ordered(git_dirs: list[Path]) -> list[Path]:
 
 
 def _stand_in(real: Path) -> StandIn:
-    _sweep(real)
-    stage = real / f"{_STAND_IN}{os.getpid()}-{secrets.token_hex(4)}"
-    stage.mkdir(mode=0o700)
-    s = StandIn(real, stage, hash_size=gitindex.hash_size(real))
-    for name in os.listdir(real):
-        if name.startswith(_STAND_IN):
-            continue
+    with _idle_lock:
+        pool = _idle.get(real)
+        s = pool.pop() if pool else None
+    if s is None:
+        s = _new_stand_in(real)
+    s.before.clear()
+    s.copies.clear()
+    s.hash_size = gitindex.hash_size(real)
+    entries = [n for n in os.listdir(real) if not n.startswith(_STAND_IN)]
+    present = {n for n in entries if os.path.exists(real / n)}  # a dangling link has nothing to bind
+    for name in set(s.skeleton) - present:  # gone from the real folder since the last command
+        _remove(s.stage / name)
+        del s.skeleton[name]
+    for name in entries:
         path = real / name
         st = path.lstat()
         if _is_state(name) and stat.S_ISREG(st.st_mode):
             s.before[name] = st.st_ino
             if name in _CHECKED:
-                shutil.copy2(path, stage / name)
-                copy = (stage / name).stat()
+                shutil.copy2(path, s.stage / name)
+                copy = (s.stage / name).stat()
                 s.copies[name] = (copy.st_ino, copy.st_mtime_ns, copy.st_size)
             else:
-                os.link(path, stage / name)
-        elif path.is_dir():
-            (stage / name).mkdir()
-        elif path.exists():
-            (stage / name).touch()
+                os.link(path, s.stage / name)
+        elif name in present and s.skeleton.get(name) != path.is_dir():
+            _remove(s.stage / name)
+            if path.is_dir():
+                (s.stage / name).mkdir()
+            else:
+                (s.stage / name).touch()
+            s.skeleton[name] = path.is_dir()
     return s
+
+
+def _new_stand_in(real: Path) -> StandIn:
+    _sweep(real)
+    stage = real / f"{_STAND_IN}{os.getpid()}-{secrets.token_hex(4)}"
+    stage.mkdir(mode=0o700)
+    global _at_exit
+    with _idle_lock:
+        if not _at_exit:
+            _at_exit = True
+            atexit.register(forget)
+    return StandIn(real, stage)
+
+
+def _reset(s: StandIn) -> None:
+    """Leave only the skeleton, empty, for the next command."""
+    for name in os.listdir(s.stage):
+        path = s.stage / name
+        st = path.lstat()
+        is_dir = stat.S_ISDIR(st.st_mode)
+        empty = not os.listdir(path) if is_dir else stat.S_ISREG(st.st_mode) and st.st_size == 0
+        if s.skeleton.get(name) == is_dir and empty:
+            continue
+        _remove(path)
+        s.skeleton.pop(name, None)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        path.unlink()
 
 
 def _stand_in_options(s: StandIn) -> list[str]:
     opts = ["--bind", str(s.stage), str(s.real)]
-    for name in sorted(os.listdir(s.stage)):
-        if name in s.before:
-            continue
+    for name in sorted(s.skeleton):
         writable = name in WRITABLE_DIRS and (s.real / name).is_dir()
         opts += ["--bind" if writable else "--ro-bind", str(s.real / name), str(s.real / name)]
     return opts

@@ -7,6 +7,7 @@ a file). `[sandbox] hide` in config adds to the list.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -80,6 +81,16 @@ SOCKET_FOLDERS = (
 
 def expand(path: str | Path) -> Path:
     return Path(os.path.expanduser(str(path))).absolute()
+
+
+def expand_all(paths: tuple[str, ...]) -> tuple[Path, ...]:
+    """`expand` of each path, remembered per $HOME (every command asks for the whole list)."""
+    return _expand_all(paths, os.environ.get("HOME", ""))
+
+
+@functools.lru_cache(maxsize=8)
+def _expand_all(paths: tuple[str, ...], home: str) -> tuple[Path, ...]:
+    return tuple(expand(p) for p in paths)
 
 
 def socket_folders() -> list[Path]:

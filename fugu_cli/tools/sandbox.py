@@ -141,7 +141,7 @@ def _hidden(policy: SandboxPolicy, fugu_own: bool = True) -> list[Path]:
     from fugu_cli.config import fugu_home, user_config_path
 
     own = [fugu_home(), user_config_path().parent] if fugu_own else []
-    paths = [*own, *(hidden.expand(p) for p in policy.hide)]
+    paths = [*own, *hidden.expand_all(policy.hide)]
     return [p for p in dict.fromkeys(paths) if p.exists() and p != Path("/")]
 
 
