@@ -163,6 +163,8 @@ def _stand_in(real: Path) -> StandIn:
         path = real / name
         st = path.lstat()
         if _is_state(name) and stat.S_ISREG(st.st_mode):
+            if s.skeleton.pop(name, None) is not None:  # it was no regular file last time
+                _remove(s.stage / name)
             s.before[name] = st.st_ino
             if name in _CHECKED:
                 shutil.copy2(path, s.stage / name)
