@@ -223,3 +223,23 @@ def test_a_stand_in_left_by_a_killed_fugu_is_swept(repo: Path) -> None:
     (left / "commondir").write_text("x\n")
     sb.run(["true"], cwd=repo, policy=sb.SandboxPolicy())
     assert not left.exists()
+
+
+def test_fugus_worktree_bookkeeping_sees_no_credentials(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ultra's `git worktree add` sees the whole filesystem (every worktree, wherever it is): a filter that
+    ran there copied ~/.ssh/id_ed25519 into the worktree. The credential files stay hidden from it too."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("PRIVATE KEY MATERIAL\n")
+    monkeypatch.setenv("HOME", str(home))
+    done = sb.run(
+        ["bash", "-c", "cat ~/.ssh/id_ed25519; ls -A /run; echo END"],
+        cwd=repo,
+        policy=sb.SandboxPolicy(),
+        protect=False,
+        whole_fs=True,
+    )
+    assert done.output.decode().strip().endswith("END")
+    assert b"PRIVATE" not in done.output and b"lock" not in done.output  # /run is empty too
