@@ -149,7 +149,7 @@ def _stand_in(real: Path) -> StandIn:
     with _idle_lock:
         pool = _idle.get(real)
         s = pool.pop() if pool else None
-    if s is None:
+    if s is None or not s.stage.is_dir():  # a removed worktree took its git dir, stand-in and all
         s = _new_stand_in(real)
     s.before.clear()
     s.copies.clear()

@@ -243,3 +243,15 @@ def test_fugus_worktree_bookkeeping_sees_no_credentials(
     )
     assert done.output.decode().strip().endswith("END")
     assert b"PRIVATE" not in done.output and b"lock" not in done.output  # /run is empty too
+
+
+def test_a_worktree_made_again_at_the_same_place_gets_a_writable_git(repo: Path, tmp_path: Path) -> None:
+    """Ultra removes a step's worktree (its git dir, stand-in and all) and may add one at the same path."""
+    wt = tmp_path / "wt"
+    for round in (1, 2):
+        git(repo, "worktree", "add", "-q", "--detach", str(wt))
+        (wt / f"r{round}.txt").write_text("x\n")
+        script = f"git add r{round}.txt && git -c user.name=m -c user.email=m@x commit -qm r{round}"
+        done = sb.run(["bash", "-c", script], cwd=wt, policy=sb.SandboxPolicy())
+        assert done.exit_code == 0, done.output
+        git(repo, "worktree", "remove", "--force", str(wt))
