@@ -8,6 +8,7 @@ from pathlib import Path
 
 from fugu_cli.app import RunOptions, build_session
 from fugu_cli.llm.scripted import ScriptedLLM
+from fugu_cli.tools import checkpoints
 from tests.helpers import call, git, make_repo, tool_reply, write_pool
 
 
@@ -22,7 +23,9 @@ def test_checkpoint_refs_of_older_sessions_are_pruned(tmp_path: Path) -> None:
         assert session.run_turn(f"write f{n}").status == "success"
         sessions.append(session.id)
         time.sleep(1.1)  # sessions are ranked by their checkpoints' commit times, which git keeps in seconds
-    refs = git(repo, "for-each-ref", "--format=%(refname)", "refs/fugu/checkpoints/").split()
+    store = checkpoints.store_path(repo)  # /undo's checkpoints live in fugu's store, not the repository
+    refs = git(store, "for-each-ref", "--format=%(refname)", "refs/fugu/checkpoints/").split()
     owners = {sid for sid in sessions if any(sid in r for r in refs)}
     assert owners == set(sessions[1:])  # the oldest session's refs went; the two newest kept
     assert sessions[-1] in " ".join(refs)
+    assert git(repo, "for-each-ref", "refs/fugu/") == ""
