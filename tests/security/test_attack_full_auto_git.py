@@ -47,7 +47,7 @@ def test_after_a_hostile_full_auto_run_nothing_planted_runs_and_undo_restores(
     try:
         result = session.run_turn("tidy up the repository")
         assert result.status == "success", result.error
-        results = [m.content for m in session.messages if m.role == "tool"]
+        results = [m.content or "" for m in session.messages if m.role == "tool"]
         assert any("was dropped" in r for r in results)  # the sandbox said what it undid
         assert not (repo / "calc.py").exists()  # the tree is gone
         the_users_git(repo)

@@ -23,6 +23,7 @@ from tests.ui.test_repl_pty import PROMPT, SLOW, Term
 
 PACKAGE = Path(fugu_cli.__file__).parent
 WRAPPER = PACKAGE / "tools" / "gitrun.py"
+ACTION = PACKAGE.parent / "action"
 # every way Python starts a process (subprocess, os, asyncio, pty) and the sandbox's own entry points
 SPAWNERS = frozenset(
     {
@@ -72,9 +73,10 @@ def git_spawns(source: str) -> list[int]:
 
 
 def test_only_the_wrapper_starts_git() -> None:
+    sources = [*sorted(PACKAGE.rglob("*.py")), *sorted(ACTION.rglob("*.py"))]  # the GitHub Action's too
     found = {
-        str(path.relative_to(PACKAGE)): hits
-        for path in sorted(PACKAGE.rglob("*.py"))
+        str(path.relative_to(PACKAGE.parent)): hits
+        for path in sources
         if path != WRAPPER and (hits := git_spawns(path.read_text(encoding="utf-8")))
     }
     assert found == {}, f"git started outside fugu_cli/tools/gitrun.py (use gitrun.git): {found}"
@@ -98,6 +100,8 @@ def test_only_the_wrapper_starts_git() -> None:
         "exe = shutil.which('git')\n",
         "asyncio.create_subprocess_exec('git', 'fetch')\n",
         "sandbox.run(['git', 'status'], cwd=root)\n",
+        # the GitHub Action's review diff, verbatim, before it went through the wrapper
+        'run = subprocess.run(["git", "diff", f"{base}...{head}"], capture_output=True, text=True)\n',
     ],
 )
 def test_the_scan_catches_each_way_around(source: str) -> None:
