@@ -1,8 +1,9 @@
 """Layered configuration: defaults < user config < `.fugu/config.toml` < `FUGU_*` environment < flags.
 
 Owns where state lives (`FUGU_HOME`), how config files are read and validated, and which folders the user
-trusts: a repository's own config is untrusted until then, and may only make fugu more careful (no workers,
-endpoints, routers, permissions or tools from a cloned repo). Never prints.
+trusts (per repository root: a nested repository is never trusted through its parent): a repository's own
+config is untrusted until then, and may only make fugu more careful (no workers, endpoints, routers,
+permissions or tools from a cloned repo). Never prints.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from fugu_cli import __version__
 from fugu_cli.errors import ConfigError
-from fugu_cli.options import project_config_path
+from fugu_cli.options import find_repo_root, project_config_path
 from fugu_cli.types import PermissionMode
 
 # Validators are built on first use, not when this module is imported: a run whose layers were validated
@@ -80,7 +81,7 @@ class SandboxSettings(BaseModel):
     allow_network: bool = False
     pass_env: list[str] = Field(default_factory=list)  # extra variables commands may see
     writable: list[str] = Field(default_factory=list)  # extra writable paths, e.g. "~/.cache/uv"
-    hide: list[str] | None = None  # paths made invisible; None: the default credential folders
+    hide: list[str] | None = None  # paths made invisible besides the maintained credential list
 
 
 class ToolSettings(BaseModel):
@@ -315,9 +316,16 @@ def trusted_folders() -> list[str]:
     return [str(f) for f in folders] if isinstance(folders, list) else []
 
 
-def is_trusted(root: Path) -> bool:
-    here = root.resolve()
-    return any(here == Path(f) or here.is_relative_to(Path(f)) for f in trusted_folders())
+def is_trusted(path: Path) -> bool:
+    """Whether the user trusts the repository `path` is in. Trust belongs to one repository root: a nested
+    repository (a vendored dependency, a submodule, a clone) under a trusted one is not trusted, nor is a
+    repository under a trusted plain folder. A folder in no repository inherits a trusted parent's."""
+    here = path.resolve()
+    root = find_repo_root(here)
+    folders = [Path(f) for f in trusted_folders()]
+    if root is not None:
+        return root in folders
+    return any(here == f or here.is_relative_to(f) for f in folders)
 
 
 def trust(root: Path) -> None:
