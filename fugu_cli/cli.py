@@ -488,8 +488,18 @@ def router_train(
             "--ray-address", help="A Ray cluster to join (auto, ray://HOST:10001); none: start one."
         ),
     ] = None,
+    verifier_accuracy: Annotated[
+        float,
+        typer.Option(
+            "--verifier-accuracy",
+            min=0.0,
+            max=1.0,
+            help="How often the check that judges each attempt is right (the escalation policy's replay).",
+        ),
+    ] = 0.9,
 ) -> None:
-    """Train a router from measured outcomes: soft-label KL with SVF, then sep-CMA-ES."""
+    """Train a router from measured outcomes: soft-label KL with SVF, then sep-CMA-ES over its escalation
+    policy on replayed episodes."""
     from fugu_cli.ui import admin
 
     raise typer.Exit(
@@ -510,6 +520,7 @@ def router_train(
                 processes,
                 executor,
                 ray_address,
+                verifier_accuracy,
             )
         )
     )
@@ -551,9 +562,23 @@ def router_eval(
     lambdas: Annotated[
         str | None, typer.Option("--lambdas", help="Comma-separated λ values to sweep (reward per USD).")
     ] = None,
+    verifier_accuracy: Annotated[
+        float,
+        typer.Option(
+            "--verifier-accuracy",
+            min=0.0,
+            max=1.0,
+            help="How often the check is right in the escalation policy's replay (0.9: one verdict in ten "
+            "is wrong).",
+        ),
+    ] = 0.9,
+    worlds: Annotated[
+        int, typer.Option("--worlds", min=1, help="Replayed worlds (seeds) each escalation point averages.")
+    ] = 5,
 ) -> None:
     """Judge a router on rows it never trained on: its reward–cost curve against the single models' hull,
-    best single, random mix, kNN, logistic regression and the oracle."""
+    best single, random mix, kNN, logistic regression and the oracle; and its escalation policy (a check
+    judges each attempt; a failed one escalates) replayed on the measured outcomes."""
     from fugu_cli.ui import admin
 
     try:
@@ -574,6 +599,8 @@ def router_eval(
         skip_train_rows,
         prices,
         grid,
+        verifier_accuracy,
+        worlds,
     )
     raise typer.Exit(admin.router_eval(req))
 

@@ -141,6 +141,7 @@ class RouterCheckpoint:
     training: Mapping[str, Any] = field(default_factory=dict)  # data it was trained on, settings
     metrics: Mapping[str, Any] = field(default_factory=dict)
     decision: Decision = field(default_factory=Decision)
+    escalation: Mapping[str, Any] = field(default_factory=dict)  # EscalationPolicy.to_json(); {}: none
     created: str = ""
     format: int = FORMAT
 
@@ -313,6 +314,12 @@ def load_train_rows(directory: Path) -> tuple[set[str], set[str]] | None:
         return ({f"{int(v):016x}" for v in z["ids"]}, {f"{int(v):016x}" for v in z["texts"]})
 
 
+def known_index(meta: RouterCheckpoint, workers: Sequence[str]) -> np.ndarray:
+    """[W] each worker's index among the checkpoint's known workers (by name), −1 for one it never saw."""
+    index = {w.name: i for i, w in enumerate(meta.workers)}
+    return np.array([index.get(w, -1) for w in workers], dtype=np.int64)
+
+
 def router_scores(
     checkpoint: Path,
     data: RewardMatrix,
@@ -349,9 +356,10 @@ def router_scores(
     feats = encode_prompts(
         backbone, data.texts, max_tokens=meta.max_tokens, cache_dir=cache_dir, variant=variant
     )
-    index = {w.name: i for i, w in enumerate(meta.workers)}
-    known = np.array([index.get(w, -1) for w in data.workers])
-    cols = [meta.workers[index[w]] if w in index else CheckpointWorker(w) for w in data.workers]
+    known = known_index(meta, data.workers)
+    cols = [
+        meta.workers[k] if k >= 0 else CheckpointWorker(w) for w, k in zip(data.workers, known, strict=True)
+    ]
     with torch.no_grad():
         desc = description_embeddings(backbone, cols, meta.max_tokens)
         logits = head(torch.from_numpy(feats), desc, known=torch.from_numpy(known).long())

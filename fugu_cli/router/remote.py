@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from fugu_cli.types import Message, RouteDecision, RouteState, Worker
+from fugu_cli.types import Evidence, Message, RouteDecision, RouteState, Stop, Worker
 
 _HEADER = struct.Struct("!I")
 
@@ -52,6 +52,14 @@ class RouterProcess:
         atexit.register(self.close)
 
     def pick(self, state: RouteState, pool: Sequence[Worker]) -> RouteDecision:
+        decision: RouteDecision = self._ask("pick", state, pool)
+        return decision
+
+    def escalate(self, state: RouteState, pool: Sequence[Worker]) -> RouteDecision | Stop:
+        answer: RouteDecision | Stop = self._ask("escalate", state, pool)
+        return answer
+
+    def _ask(self, op: str, state: RouteState, pool: Sequence[Worker]) -> Any:
         messages = list(state.messages)
         with self._lock:
             keep, limit = 0, min(len(self._sent), len(messages))
@@ -59,6 +67,7 @@ class RouterProcess:
                 keep += 1
             workers = tuple(pool)
             request = {
+                "op": op,
                 "keep": keep,
                 "new": messages[keep:],
                 "pool": workers if workers != self._pool else None,
@@ -67,6 +76,7 @@ class RouterProcess:
                 "excluded": state.excluded,
                 "failover": state.failover,
                 "masked": dict(state.masked),
+                "evidence": state.evidence,
             }
             try:
                 _send(self._stdin(), request)
@@ -80,8 +90,7 @@ class RouterProcess:
         if kind != "ok":
             self._sent, self._pool = [], None  # the child may not have taken the messages: resend them
             raise RouterFailed(str(value))
-        decision: RouteDecision = value
-        return decision
+        return value
 
     def close(self) -> None:
         """Close the pipe; the child exits on its own (killed if it has not within two seconds)."""
@@ -153,9 +162,11 @@ def serve(checkpoint: Path, cost_weight: float | None, inbox: IO[bytes], outbox:
             excluded=request["excluded"],
             failover=request["failover"],
             masked=request["masked"],
+            evidence=request.get("evidence", Evidence()),
         )
         try:
-            reply: tuple[str, Any] = ("ok", router.pick(state, pool))
+            ask = router.escalate if request.get("op") == "escalate" else router.pick
+            reply: tuple[str, Any] = ("ok", ask(state, pool))
         except LookupError as e:
             reply = ("lookup", str(e))
         except Exception as e:

@@ -151,6 +151,7 @@ class TrainRequest:
     processes: int = 1
     executor: str | None = None  # local | ray (None: [executor] in the config)
     ray_address: str | None = None
+    verifier_accuracy: float = 0.9
 
 
 def router_train(req: TrainRequest) -> int:
@@ -158,6 +159,7 @@ def router_train(req: TrainRequest) -> int:
     from fugu_cli.router.es import ESConfig, GenerationStats
     from fugu_cli.router.train import TrainConfig
     from fugu_cli.router.trainer import Stage2
+    from fugu_cli.ui.train_bar import TrainBar
 
     if req.stage not in ("sft", "es", "both"):
         err(f"--stage {req.stage}: choose sft, es or both")
@@ -168,6 +170,7 @@ def router_train(req: TrainRequest) -> int:
         svf_targets=tuple(t for t in req.svf.split(",") if t),
         seed=req.seed,
         threads=req.threads,
+        check_accuracy=req.verifier_accuracy,
     )
     opts = TrainOptions(
         req.data,
@@ -182,26 +185,23 @@ def router_train(req: TrainRequest) -> int:
         executor=req.executor,
         ray_address=req.ray_address,
     )
-    tty = sys.stderr.isatty()
+    bar = TrainBar(tty=sys.stderr.isatty())
 
     def on_generation(g: GenerationStats) -> None:
-        done = g.generation + 1
-        bar = "█" * (20 * done // req.generations)
-        line = (
-            f"es [{bar:<20}] generation {done}/{req.generations} · best {g.best:.4f} · "
-            f"mean {g.mean:.4f} · incumbent {g.incumbent:.4f} · σ {g.sigma:.4f}"
-        )
-        print(("\r" + line) if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
+        detail = f"best {g.best:.4f} · incumbent {g.incumbent:.4f} · σ {g.sigma:.3f}"
+        bar.update("stage 2 generation", g.generation + 1, req.generations, detail)
+
+    def on_log(message: str) -> None:
+        bar.end()
+        print(message, file=sys.stderr, flush=True)
 
     try:
-        result = train_command(
-            opts, on_log=lambda m: print(m, file=sys.stderr, flush=True), on_generation=on_generation
-        )
+        result = train_command(opts, on_log=on_log, on_generation=on_generation, on_progress=bar.update)
     except FuguError as e:
+        bar.end()
         err(str(e))
         return e.exit_code
-    if tty and result.history:
-        print(file=sys.stderr)
+    bar.end()
     print(f"router checkpoint written to {result.checkpoint} (fugu router info {result.checkpoint})")
     return 0
 
@@ -221,10 +221,12 @@ class EvalRequest:
     skip_train_rows: bool = False
     prices: Path | None = None
     lambdas: tuple[float, ...] = ()
+    verifier_accuracy: float = 0.9
+    worlds: int = 5
 
 
 def router_eval(req: EvalRequest) -> int:
-    from fugu_cli.router.commands import EvalOptions, eval_command
+    from fugu_cli.router.eval_command import EvalOptions, eval_command
     from fugu_cli.router.report import render_text
 
     if not req.router.exists():
@@ -243,6 +245,8 @@ def router_eval(req: EvalRequest) -> int:
         skip_train_rows=req.skip_train_rows,
         prices=req.prices,
         lambdas=req.lambdas,
+        verifier_accuracy=req.verifier_accuracy,
+        worlds=req.worlds,
     )
     try:
         report = eval_command(opts)

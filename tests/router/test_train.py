@@ -13,11 +13,12 @@ import torch
 
 from fugu_cli.router.backbone import load_backbone
 from fugu_cli.router.checkpoint import router_scores
-from fugu_cli.router.commands import EvalOptions, TrainOptions, eval_command, train_command
+from fugu_cli.router.commands import TrainOptions, train_command
 from fugu_cli.router.data import load_dataset
 from fugu_cli.router.describe import describe_workers
 from fugu_cli.router.embed_cache import block_features, blocks_needed, capture_block_inputs, prompt_line
 from fugu_cli.router.es import ESConfig
+from fugu_cli.router.eval_command import EvalOptions, eval_command
 from fugu_cli.router.svf import apply_svf
 from fugu_cli.router.train import TrainConfig, soft_targets
 from fugu_cli.router.trainer import Stage2
