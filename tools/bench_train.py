@@ -61,7 +61,7 @@ def main() -> None:
     args = ap.parse_args()
     inputs, timings = [], []
     for split in _folds(args.split, args.data):
-        name = (split or 'default').replace(':', '_').replace('/', '_')
+        name = (split or "default").replace(":", "_").replace("/", "_")
         ckpt = args.out / f"{args.data.name}-{name}-lam{args.lam:g}"
         extra: dict[str, Any] = {"rank": args.rank}
         if args.shrinks:

@@ -163,7 +163,7 @@ def train_stage1(
         t2 = time.perf_counter()
         masks = (fit.mask, dev.mask)
         parts = (train.subset(fit_idx), train.subset(dev_idx))
-        svf, dev_kl_svf = fit_svf(backbone, head, workers, parts, targets, masks, cfg, log)
+        svf, dev_kl_svf = fit_svf(backbone, head, workers, parts, targets, masks, cfg, log, on_progress)
         metrics.update(dev_kl_svf=dev_kl_svf, svf_kept=svf is not None, svf_seconds=time.perf_counter() - t2)
         if svf is not None:  # the head reads new features now
             digest = svf_digest(svf.state_dict())

@@ -48,8 +48,9 @@ class TrainBar:
 
     def update(self, phase: str, done: int, total: int, detail: str = "") -> None:
         if phase != self._phase:
+            began = self._last
             self.end()
-            self._phase, self._phase_began, self._shown = phase, self._last, -1
+            self._phase, self._phase_began, self._shown = phase, began, -1
         line = self.line(phase, done, total, detail)
         self._last = self.now()
         if self.tty:
