@@ -286,6 +286,7 @@ def info_text(directory: Path) -> str:
             ", ".join(f"{lam:g}: {s:g}" for lam, s in t)
             for t in (*meta.decision.group_shrinks, meta.decision.shrinks)
         ),
+        f"  escalation   {_escalation_text(meta)}",
         f"  created      {meta.created or '-'}",
         "  workers",
     ]
@@ -296,6 +297,18 @@ def info_text(directory: Path) -> str:
         lines.append(f"  {title}")
         lines += [f"    {k}: {json.dumps(v, default=str)}" for k, v in block.items()] or ["    -"]
     return "\n".join(lines)
+
+
+def _escalation_text(meta: RouterCheckpoint) -> str:
+    e = meta.escalation
+    if not e:
+        return "none (escalate takes the best utility that has not tried)"
+    kept = meta.metrics.get("es_kept")
+    how = "searched by sep-CMA-ES" if kept else "supervised" + (" (stage 2 not kept)" if kept is False else "")
+    return (
+        f"{len(e['value'])} attempts, assumes a check right {float(e['check_accuracy']):.0%} of the time; "
+        f"{how}; stop margins {', '.join(f'{s:.3g}' for s in e['stop'])}, lookahead {float(e['look']):.3g}"
+    )
 
 
 def save_train_rows(directory: Path, data: RewardMatrix) -> None:
