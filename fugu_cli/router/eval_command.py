@@ -30,6 +30,7 @@ from fugu_cli.router.checkpoint import (
 from fugu_cli.router.data import (
     RewardMatrix,
     id_key,
+    mean_costs,
     stack,
     text_key,
     trained_rows,
@@ -231,7 +232,8 @@ def baseline_data(
 
 def checkpoint_single(meta: RouterCheckpoint, test: RewardMatrix) -> Scores:
     """Best single for the budget from the checkpoint's own training figures (each known worker's mean reward
-    and cost); workers it never saw cannot be chosen."""
+    and cost); a worker it never saw gets the known workers' mean reward and its cost in `test`, as the
+    router itself sees such a worker."""
     d = meta.decision
     known = known_index(meta, test.workers)
     if d.prior and d.mean_cost:
@@ -242,8 +244,8 @@ def checkpoint_single(meta: RouterCheckpoint, test: RewardMatrix) -> Scores:
         raise UsageError(f"{meta.training.get('data')}: the checkpoint records no training figures.")
     mean_cost = np.asarray(d.mean_cost) if d.mean_cost else np.zeros(len(meta.workers))
     cols = np.clip(known, 0, None)
-    base = np.where(known >= 0, reward[cols], -np.inf)
-    cost = np.where(known >= 0, mean_cost[cols], 0.0)
+    base = np.where(known >= 0, reward[cols], float(np.mean(reward)))
+    cost = np.where(known >= 0, mean_cost[cols], mean_costs(test))
     return Scores(np.tile(base, (test.n, 1)), cost, 0.0, base)
 
 
