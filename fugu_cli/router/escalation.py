@@ -1,25 +1,7 @@
 """The escalation policy: which worker makes a turn's first attempt and, after a check fails, which worker
-makes the next one or whether to stop. It reads the evidence (the attempts so far: their workers, the checks'
-verdicts, the money spent) beside the text (the checkpoint's per-prompt deviation of each worker,
-`Decision.deviation`). With k attempts made (rows of `value` past the last repeat it), worker j scores
-
-    a_k(j)     = value[k, j] + text[k]·s_j(λ)·dev_j − fail·strongest − spend·overrun − λ·cost_j
-    score_k(j) = a_k(j) + look·P(the check fails j)·max(0, max_i a_k+1(i | j failed) − bar_k+1(j))
-    bar_k(j)   = stop[k − 1] + P(j was right | its check failed)
-
-(i over the other workers with no attempt yet).
-
-value[k, j]: the reward an attempt by j is worth after k failed checks (λ-free); s_j(λ): the decision's
-shrink;
-strongest: the highest training mean reward among the workers that failed the check (0 before any); overrun:
-log of the money spent over what the attempts made were expected to cost (a long failed run hints at a hard
-task); cost_j: USD an attempt by j is expected to cost; P(the check fails j) = (1 − v)·A + v·(1 − A), v the
-value clipped to [0, 1] and A the check accuracy it was trained for. The lookahead prices in the option to
-escalate, so a cheap first attempt wins where its failure would be caught. The first attempt takes the best
-score (never stops); after a failed check the best worker that has made no attempt yet makes the next one if
-its score clears the bar, else the turn stops (keeping the last attempt: what stopping is worth is the chance
-that its check was wrong, P = v(1 − A) / (v(1 − A) + (1 − v)A), plus a learned margin stop[k − 1]); a passed
-check stops. Pure numpy; never prints.
+makes the next one or whether to stop, from the evidence (the attempts so far: their workers, the checks'
+verdicts, the money spent) beside the text; its supervised start, and its form as a replay policy. Pure numpy;
+never prints.
 """
 
 from __future__ import annotations
@@ -55,6 +37,24 @@ class Features:
 
 @dataclass(frozen=True, eq=False)
 class EscalationPolicy:
+    """With k attempts made (rows of `value` past the last repeat it), worker j scores
+
+        a_k(j)     = value[k, j] + text[k]·s_j(λ)·dev_j − fail·strongest − spend·overrun − λ·cost_j
+        score_k(j) = a_k(j) + look·P(the check fails j)·max(0, max_i a_k+1(i | j failed) − bar_k+1(j))
+        bar_k(j)   = stop[k − 1] + P(j was right | its check failed)
+
+    (i over the other workers with no attempt yet). value[k, j]: the reward an attempt by j is worth after k
+    failed checks (λ-free); dev_j: the text's per-prompt deviation (`Decision.deviation`) and s_j(λ) the
+    decision's shrink, so the text counts only where calibration trusted it; strongest: the highest training
+    mean reward among the workers that failed the check (0 before any); overrun: log of the money spent over
+    what the attempts made were expected to cost (a long failed run hints at a hard task); cost_j: USD an
+    attempt by j is expected to cost; P(the check fails j) = (1 − v)·A + v·(1 − A), v the value clipped to
+    [0, 1] and A the check accuracy it assumes. The lookahead prices in the option to escalate, so a cheap
+    first attempt wins where its failure would be caught. The first attempt takes the best score (it never
+    stops); after a failed check the best worker with no attempt yet makes the next one if its score clears
+    the bar, else the turn stops and keeps the last attempt (worth the chance its check was wrong,
+    v(1 − A) / (v(1 − A) + (1 − v)A), plus a learned margin stop[k − 1]); a passed check stops."""
+
     value: np.ndarray  # [K, W]
     text: np.ndarray  # [K]
     stop: np.ndarray  # [K − 1]

@@ -212,7 +212,7 @@ def test_eval_runs_from_anywhere_on_what_the_checkpoint_carries(tmp_path: Path) 
     ckpt = tmp_path / "ckpt"
     trained = fugu(
         "router", "train", "--data", str(data), "--out", str(ckpt), "--prices", str(prices),
-        "--svf", "", "--generations", "2", cwd=tmp_path,
+        "--svf", "", "--generations", "2", cwd=tmp_path, timeout=600,
     )  # fmt: skip
     assert trained.code == 0, trained.stderr
     assert "choosing α, τ" in trained.stderr and "elapsed" in trained.stderr  # the progress bar
@@ -222,7 +222,9 @@ def test_eval_runs_from_anywhere_on_what_the_checkpoint_carries(tmp_path: Path) 
     prices.unlink()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    judged = fugu("router", "eval", "--data", str(moved), "--router", str(ckpt), "--json", cwd=elsewhere)
+    judged = fugu(
+        "router", "eval", "--data", str(moved), "--router", str(ckpt), "--json", cwd=elsewhere, timeout=600
+    )
     assert judged.code == 0, judged.stderr
     report = json.loads(judged.stdout)
     assert report["split"] == "kfold:5:0:0" and report["n_test"] == 2  # the held-out fold, found again
