@@ -304,7 +304,8 @@ def _escalation_text(meta: RouterCheckpoint) -> str:
     if not e:
         return "none (escalate takes the best utility that has not tried)"
     kept = meta.metrics.get("es_kept")
-    how = "searched by sep-CMA-ES" if kept else "supervised" + (" (stage 2 not kept)" if kept is False else "")
+    how = "searched by sep-CMA-ES" if kept else "supervised"
+    how += " (stage 2 not kept)" if kept is False else ""
     return (
         f"{len(e['value'])} attempts, assumes a check right {float(e['check_accuracy']):.0%} of the time; "
         f"{how}; stop margins {', '.join(f'{s:.3g}' for s in e['stop'])}, lookahead {float(e['look']):.3g}"
