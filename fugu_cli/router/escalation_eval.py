@@ -2,9 +2,9 @@
 points, each averaged over several replayed worlds (seeds), and their hull against the single models' hull and
 the one-shot router's. Several held-out parts (folds, each with its own checkpoint) are pooled at each λ.
 
-A replayed episode's reward is a draw where a measured reward is soft (a pass@1 mean, a 1-10 judge score),
-while the single models' hull uses the measured means: averaging over worlds shrinks that noise, it does not
-remove it. Pure numpy; never prints.
+The single models are replayed in the same worlds (one attempt each), so where a measured reward is soft (a
+pass@1 mean, a 1-10 judge score) and an attempt's success is a draw, policies and singles see the same draws;
+on 0/1 outcomes the replayed singles are the measured ones exactly. Pure numpy; never prints.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 from fugu_cli.router import frontier as fr
 from fugu_cli.router.data import RewardMatrix
 from fugu_cli.router.escalation import EscalationPolicy, ReplayPolicy, shrinks_at
-from fugu_cli.router.replay import ReplayConfig, ReplayEnv
+from fugu_cli.router.replay import Batch, BatchPolicy, ReplayConfig, ReplayEnv
 
 NOTE = (
     "replayed: an attempt succeeds and costs as measured, a check errs with probability "
@@ -51,9 +51,11 @@ def sweep(
     grid: Sequence[float],
     replay: Replay,
     scales: Mapping[str, float] | None = None,
-) -> list[list[float]]:
-    """[[λ, cost, reward, attempts]] over all parts' prompts (each part's rows played by its own policy)."""
+) -> tuple[list[list[float]], list[tuple[float, float]]]:
+    """([[λ, cost, reward, attempts]] over all parts' prompts, each part's rows played by its own policy;
+    [(cost, reward)] of each single worker's one attempt, in the same worlds)."""
     sums = np.zeros((len(grid), 3))
+    singles = np.zeros((len(parts[0].test.workers), 2))
     total = 0
     for part in parts:
         n, width = part.test.n, len(part.test.workers)
@@ -66,12 +68,32 @@ def sweep(
         lam = np.repeat(np.asarray(grid, dtype=float), n)  # the sweep as one batch: every row once per λ
         play = ReplayPolicy(part.policy, part.dev, np.repeat(shrink, n, axis=0), part.cost, lam, k)
         tasks = np.tile(np.arange(n), len(grid))
+        once = one_attempt(np.repeat(np.arange(width), n))  # every row once per worker
         for env in envs:
             ep = env.run_batch(play, tasks)
             per = np.stack([ep.cost, ep.reward, ep.attempts]).reshape(3, len(grid), n).sum(axis=2)  # [3, L]
             sums += per.T / replay.worlds
+            one = env.run_batch(once, np.tile(np.arange(n), width))
+            singles += (
+                np.stack([ep_sum(one.cost, width, n), ep_sum(one.reward, width, n)], axis=1) / replay.worlds
+            )
         total += n
-    return [[float(lam), *(sums[i] / max(total, 1)).tolist()] for i, lam in enumerate(grid)]
+    points = [[float(lam), *(sums[i] / max(total, 1)).tolist()] for i, lam in enumerate(grid)]
+    return points, [(float(c), float(r)) for c, r in singles / max(total, 1)]
+
+
+def one_attempt(workers: np.ndarray) -> BatchPolicy:
+    """One attempt by `workers[i]` in episode i, then stop: the single models as a batch policy."""
+
+    def play(batch: Batch) -> np.ndarray:
+        return workers if batch.k == 0 else np.full(len(workers), -1)
+
+    return play
+
+
+def ep_sum(values: np.ndarray, width: int, n: int) -> np.ndarray:
+    """[W] the sum over each worker's n rows of a batch laid out worker by worker."""
+    return np.asarray(values.reshape(width, n).sum(axis=1))
 
 
 def escalation_report(
@@ -85,12 +107,12 @@ def escalation_report(
     """The report's "escalation" entry. `frontier` is the judge's frontier report (single models' hull and
     the one-shot router's)."""
     grid = sorted({*grid, lam})
-    points = sweep(parts, grid, replay, scales)
+    points, singles = sweep(parts, grid, replay, scales)
     hull = fr.upper_hull([(c, r) for _, c, r, _ in points])
-    ref = [tuple(p) for p in frontier["single_hull"]]
-    one_shot = [tuple(p) for p in frontier["methods"]["router"]["hull"]]
+    ref = fr.upper_hull(singles)  # the single models in the same replayed worlds
+    measured = [(float(c), float(r)) for c, r in frontier["single_hull"]]
+    one_shot = [(float(c), float(r)) for c, r in frontier["methods"]["router"]["hull"]]
     at = next(p for p in points if p[0] == lam)
-    versus = fr.versus(hull, ref)  # type: ignore[arg-type]
     lo, hi = ref[0][0], ref[-1][0]
     return {
         "verifier_accuracy": replay.accuracy,
@@ -103,8 +125,11 @@ def escalation_report(
         "frontier": [{"cost": c, "reward": r} for c, r in hull],
         "at_lambda": {"lambda": lam, "cost": at[1], "reward": at[2], "attempts": at[3]},
         "aiq": fr.aiq(hull, lo, hi),
-        "vs_single_hull": versus.to_json(),
-        "vs_one_shot": fr.versus(hull, one_shot).to_json(),  # type: ignore[arg-type]
+        "single_aiq": fr.aiq(ref, lo, hi),
+        "single_hull": [list(p) for p in ref],
+        "vs_single_hull": fr.versus(hull, ref).to_json(),
+        "vs_measured_single_hull": fr.versus(hull, measured).to_json(),
+        "vs_one_shot": fr.versus(hull, one_shot).to_json(),
     }
 
 

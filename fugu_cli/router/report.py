@@ -78,8 +78,8 @@ def _escalation_lines(esc: dict[str, Any]) -> list[str]:
         f"{esc['assumed_accuracy']:g}), up to {esc['max_attempts']} attempts, {esc['worlds']} replayed "
         f"worlds, policy: {esc['policy']}",
         f"    at λ = {at['lambda']:g}: reward {at['reward']:.4f}, cost {cost}, {at['attempts']:.2f} attempts",
-        f"    vs single models' hull: min gap {_num(v['min_gap'], '+.4f')}, max gap "
-        f"{_num(v['max_gap'], '+.4f')}, saving {v['max_saving']:.1%}, on/above "
+        f"    vs single models' hull (replayed in the same worlds): min gap {_num(v['min_gap'], '+.4f')}, "
+        f"max gap {_num(v['max_gap'], '+.4f')}, saving {v['max_saving']:.1%}, on/above "
         f"{'yes' if v['on_or_above'] else 'NO'}; vs one-shot router: max gap {_num(o['max_gap'], '+.4f')}, "
         f"saving {o['max_saving']:.1%}",
         "    frontier (cost, reward): "

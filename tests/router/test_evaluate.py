@@ -204,6 +204,9 @@ def test_the_escalation_report_and_the_plot_of_every_curve(tmp_path: Path) -> No
     assert esc["at_lambda"]["reward"] == pytest.approx(0.75) and esc["at_lambda"]["attempts"] <= 2
     assert [set(p) for p in esc["frontier"]] == [{"cost", "reward"}] * len(esc["frontier"])
     assert esc["vs_single_hull"]["on_or_above"] and esc["max_attempts"] == 3
+    # the single models replayed in the same worlds: on 0/1 outcomes exactly the measured ones
+    assert np.ravel(esc["single_hull"]).tolist() == pytest.approx(np.ravel(report["frontier"]["single_hull"]))
+    assert esc["vs_measured_single_hull"] == esc["vs_single_hull"]
     report["escalation"] = esc
     report["frontier"]["methods"]["router"]["cpt80"] = 1.4  # as a method below the hull can need
     text = render_text(report)
