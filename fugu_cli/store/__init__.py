@@ -27,6 +27,7 @@ from fugu_cli.store.rows import (
     StepRow,
     TableRows,
     ToolCallRow,
+    TurnRow,
 )
 from fugu_cli.store.schema import MIGRATIONS, SESSION_TABLES
 from fugu_cli.store.sessions import SessionTables, new_session_id
@@ -46,6 +47,7 @@ __all__ = [
     "Store",
     "TableRows",
     "ToolCallRow",
+    "TurnRow",
     "new_session_id",
     "redact",
 ]
