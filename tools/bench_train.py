@@ -7,8 +7,9 @@
 Each fold's checkpoint is judged exactly as `fugu router eval` judges it (same code: `eval_inputs`, `judge`,
 `escalation_report`, with --verifier-accuracy); k folds are pooled by judging all held-out prompts at once,
 each prompt scored (and its escalation replayed) by the checkpoint that never saw it. `loro` trains one
-checkpoint per repository (task) with that repository held out. Prints the text report on stderr, Markdown
-rows and one JSON object on stdout.
+checkpoint per repository (task) with that repository held out. `--judge-only` judges the checkpoints an
+earlier run (same arguments) left in --out, without training them again. Prints the text report on stderr,
+Markdown rows and one JSON object on stdout.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from fugu_cli.router.checkpoint import read_meta
 from fugu_cli.router.commands import TrainOptions, train_command
 from fugu_cli.router.data import concat
 from fugu_cli.router.es import ESConfig, GenerationStats
@@ -58,6 +60,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("/tmp/fugu-bench"))
     ap.add_argument("--verifier-accuracy", type=float, default=0.9)
     ap.add_argument("--worlds", type=int, default=5)
+    ap.add_argument(
+        "--judge-only",
+        action="store_true",
+        help="judge the checkpoints an earlier run left in --out; no training",
+    )
     args = ap.parse_args()
     inputs, timings = [], []
     for split in _folds(args.split, args.data):
@@ -80,24 +87,10 @@ def main() -> None:
             check_accuracy=args.verifier_accuracy,
             **extra,  # type: ignore[arg-type]
         )
-        start = time.perf_counter()
-        res = train_command(
-            TrainOptions(
-                args.data,
-                ckpt,
-                stage=args.stage,
-                split=split,
-                config=cfg,
-                stage2=Stage2(
-                    ESConfig(generations=args.generations, processes=args.processes), args.es_batch
-                ),
-                prices=args.prices,
-                processes=args.processes,
-            ),
-            on_log=_log,
-            on_generation=_gen,
-        )
-        timings.append({"split": split, "train_seconds": time.perf_counter() - start, **res.meta.metrics})
+        if args.judge_only:
+            timings.append({"split": split, "train_seconds": None, **read_meta(ckpt).metrics})
+        else:
+            timings.append({"split": split, **train(args, ckpt, split, cfg)})
         opts = EvalOptions(
             args.data,
             ckpt,
@@ -113,6 +106,26 @@ def main() -> None:
     print(row(args.data.name, args.eval_split or args.split or "default", report))
     print(escalation_row(args.data.name, args.eval_split or args.split or "default", report))
     print(json.dumps({"timings": timings, "report": report}, default=str))
+
+
+def train(args: argparse.Namespace, ckpt: Path, split: str | None, cfg: TrainConfig) -> dict[str, Any]:
+    """Train one fold's checkpoint; its training time and metrics."""
+    start = time.perf_counter()
+    res = train_command(
+        TrainOptions(
+            args.data,
+            ckpt,
+            stage=args.stage,
+            split=split,
+            config=cfg,
+            stage2=Stage2(ESConfig(generations=args.generations, processes=args.processes), args.es_batch),
+            prices=args.prices,
+            processes=args.processes,
+        ),
+        on_log=_log,
+        on_generation=_gen,
+    )
+    return {"train_seconds": time.perf_counter() - start, **res.meta.metrics}
 
 
 def replace_prices(opts: EvalOptions, prices: Path | None) -> EvalOptions:

@@ -222,9 +222,20 @@ def baseline_data(
         ]
     train = parts[0] if len(parts) == 1 else stack(parts)
     workers = [w for w in test.workers if w in train.workers]
+    if not workers and not given:
+        return None, (
+            f"{test.name} shares no worker with the data {meta.training.get('data', 'it')} trained on: best "
+            "single from the checkpoint's own training figures; kNN and logreg left out"
+        )
     if not workers:
         raise UsageError(f"{test.name} shares no worker with the training data: no baseline can be fitted.")
     sub = train.only(workers).complete()
+    if sub.n == 0 and not given:
+        return None, (
+            f"the data {meta.training.get('data', 'it')} trained on measured no prompt on all of "
+            f"{', '.join(workers)}: best single from the checkpoint's own training figures; kNN and logreg "
+            "left out"
+        )
     if sub.n == 0:
         raise UsageError(f"the training data measured no prompt on all of {', '.join(workers)}.")
     return sub, ""

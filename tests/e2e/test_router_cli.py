@@ -256,3 +256,44 @@ def test_train_data_rows_are_refused_like_the_checkpoints_own(tmp_path: Path) ->
                  cwd=tmp_path)  # fmt: skip
     assert every.code == 0, every.stderr
     assert json.loads(every.stdout)["n_test"] == 10
+
+
+DEFAULT = Path(__file__).resolve().parents[2] / "fugu_cli" / "data" / "router_default"
+ISSUES = [
+    "Fix the off-by-one error in the pagination helper of the admin list view.",
+    "The date parser crashes on ISO week dates; make it accept them.",
+    "Add a --dry-run flag to the migration command.",
+    "Sorting a queryset by an annotated field raises FieldError.",
+    "The LaTeX writer drops footnotes inside tables.",
+    "simplify() returns a wrong result for nested square roots.",
+    "Caching decorator ignores keyword arguments when building the key.",
+    "Autodoc fails on a class with a metaclass that defines __signature__.",
+    "The CSV exporter writes the header twice when the file is appended.",
+    "Matrix inverse of a 1x1 symbolic matrix raises an error.",
+]
+
+
+def test_the_shipped_default_judges_an_unseen_set_from_anywhere_with_escalation(tmp_path: Path) -> None:
+    """The packaged checkpoint on outcomes it never saw (two of its workers: a cheap one right on half the
+    issues, a dear one on all but every third), from an empty folder with no flag but the check's accuracy:
+    the report carries the escalation policy it ships, its frontier and its point at the checkpoint's λ."""
+    rows: list[tuple[str, str, str, float, float | None]] = []
+    for i, text in enumerate(ISSUES):
+        rows.append((f"u{i}", text, "gpt-5-nano", float(i % 2 == 0), 0.01))
+        rows.append((f"u{i}", text, "claude-opus-4.5", float(i % 3 != 0), 0.5))
+    data = write_set(tmp_path / "unseen", "unseen_issues", rows)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    args = ("--data", str(data), "--router", str(DEFAULT), "--verifier-accuracy", "0.9", "--json")
+    judged = fugu("router", "eval", *args, cwd=elsewhere, timeout=1200)
+    assert judged.code == 0, judged.stderr
+    report = json.loads(judged.stdout)
+    assert report["n_test"] == 10 and report["split"] == "all rows"
+    esc = report["escalation"]
+    assert esc["policy"] == "checkpoint" and esc["verifier_accuracy"] == 0.9
+    assert esc["frontier"] and all(set(p) == {"cost", "reward"} for p in esc["frontier"])
+    assert esc["at_lambda"]["lambda"] == report["lambda"] == 0.1
+    assert 0.0 <= esc["at_lambda"]["reward"] <= 1.0 and esc["at_lambda"]["cost"] > 0
+    # somewhere on the sweep a failed check brings the other worker in, and that reaches what neither does
+    assert max(attempts for *_, attempts in esc["points"]) > 1.0
+    assert max(p["reward"] for p in esc["frontier"]) > max(r for _, r in esc["single_hull"])
