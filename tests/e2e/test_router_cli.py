@@ -256,6 +256,12 @@ def test_train_data_rows_are_refused_like_the_checkpoints_own(tmp_path: Path) ->
                  cwd=tmp_path)  # fmt: skip
     assert every.code == 0, every.stderr
     assert json.loads(every.stdout)["n_test"] == 10
+    strangers = [(p, t, {"a": "c", "b": "d"}[m], s, c) for p, t, m, s, c in outcomes("s")]
+    other = write_set(tmp_path / "strangers", "strangers", strangers)
+    unknown = fugu("router", "eval", "--data", str(other), "--router", str(ckpt), "--json", cwd=tmp_path)
+    assert unknown.code == 0, unknown.stderr  # no baseline can be fitted: a note, not an error
+    report = json.loads(unknown.stdout)
+    assert "shares no worker" in report["baselines_skipped"] and "knn" not in report and report["escalation"]
 
 
 DEFAULT = Path(__file__).resolve().parents[2] / "fugu_cli" / "data" / "router_default"
