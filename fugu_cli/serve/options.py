@@ -34,6 +34,7 @@ class ServeOptions:
     backlog: int = 2048  # connections the kernel queues before the server accepts them
     idle_timeout_s: float = 15.0  # an idle keep-alive connection is closed after this long
     max_live_sessions: int = 64  # agent sessions kept in memory; older ones are reloaded from the store
+    response_ttl_s: float = 30 * 86400.0  # stored Responses (`store`) are kept this long, as OpenAI's are
 
     def key(self) -> str | None:
         if self.api_key:

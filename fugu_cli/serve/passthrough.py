@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from fugu_cli.app import Resolved
 from fugu_cli.errors import Interrupted, ProviderError
 from fugu_cli.ledger import Ledger, StepRecord
+from fugu_cli.llm.capability import fit
 from fugu_cli.llm.forward import Forwarder, ForwardStream
 from fugu_cli.llm.parse import StreamAssembler
 from fugu_cli.router import Router
@@ -66,6 +67,8 @@ class Call:
     step: int
     started: float
     failed: tuple[str, ...] = ()
+    params: dict[str, Any] = field(default_factory=dict)  # what goes to this worker
+    dropped: tuple[str, ...] = ()  # what fugu could not honour for this worker (request notes included)
 
     def fugu(self, usage: Usage | None = None) -> dict[str, Any]:
         d = self.decision
@@ -75,6 +78,8 @@ class Call:
         out["latency_ms"] = round(d.latency_ms, 3)
         if self.failed:
             out["failed"] = list(self.failed)
+        if self.dropped:
+            out["dropped"] = list(self.dropped)
         if usage is not None:
             out["cost_usd"] = round(usage.cost_usd, 8)
         return out
@@ -143,7 +148,8 @@ class PassThrough:
     def complete(self, req: ChatRequest, cancel: threading.Event) -> dict[str, Any]:
         """The worker's chat.completion, with the client's model name and a `fugu` field."""
         session = self.session_for(req)
-        call, reply = self._failover(req, session, lambda w: self.forwarder.complete(w, req.params, cancel))
+        send = self.forwarder.complete
+        call, reply = self._failover(req, session, lambda c: send(c.worker, c.params, cancel))
         choices = reply.body.get("choices") or [{}]
         message = choices[0].get("message") or {}
         self._record(call, reply.usage, "ok", _summary(message))
@@ -154,19 +160,18 @@ class PassThrough:
     def stream(self, req: ChatRequest, cancel: threading.Event) -> tuple[Call, Iterator[dict[str, Any]]]:
         """Opens the stream (failing over until a worker sends its first chunk): the call and its chunks."""
         session = self.session_for(req)
-        call, opened = self._failover(req, session, lambda w: self.forwarder.stream(w, req.params, cancel))
+        send = self.forwarder.stream
+        call, opened = self._failover(req, session, lambda c: send(c.worker, c.params, cancel))
         return call, self._relay(req, call, opened)
 
-    def _failover(
-        self, req: ChatRequest, session: PassSession, send: Callable[[Worker], T]
-    ) -> tuple[Call, T]:
+    def _failover(self, req: ChatRequest, session: PassSession, send: Callable[[Call], T]) -> tuple[Call, T]:
         """Route and `send` until a worker answers; each failed try is a ledger row and is masked for the
         next decision (`_route` raises once none is left)."""
         failures: list[ProviderError] = []
         while True:
             call = self._route(req, session, failures)
             try:
-                return call, send(call.worker)
+                return call, send(call)
             except Interrupted:
                 self._record(call, Usage(), "interrupted", "")
                 raise
@@ -232,7 +237,10 @@ class PassThrough:
             )
         worker = next(w for w in pool if w.name == decision.worker)
         failed = tuple(f.worker for f in failures)
-        return Call(session, decision, worker, turn, session.next_step(turn), time.time(), failed)
+        extra, left_out = fit(worker, req.optional)
+        dropped = (*req.notes, *(f"{p}: {worker.name} does not take it" for p in left_out))
+        step = session.next_step(turn)
+        return Call(session, decision, worker, turn, step, time.time(), failed, req.params | extra, dropped)
 
     def _pick(self, state: RouteState, pool: Sequence[Worker]) -> RouteDecision:
         try:
@@ -247,6 +255,8 @@ class PassThrough:
         ledger = Ledger(self.store, call.session.id).turn(call.turn)
         ledger.route(call.step, call.decision)
         ledger.step(StepRecord(call.step, call.decision, status, usage, text[:2000], call.started))
+        for note in call.dropped:
+            self.store.add_note(call.session.id, call.turn, call.step, note)
         if status == "ok":
             call.session.last_worker = call.worker.name
 
