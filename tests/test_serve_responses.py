@@ -111,7 +111,7 @@ def test_namespace_and_custom_tool_calls_go_back_as_codex_expects_them(
     loopback.script("alpha", [reply, reply])
     server = serve(pool_file(tmp_path, loopback, "alpha"))
     _, whole, _ = post(server.url, CODEX, path="/responses")
-    kinds = [(i["type"], i.get("namespace"), i["name"] if "name" in i else None) for i in whole["output"]]
+    kinds = [(i["type"], i.get("namespace"), i.get("name")) for i in whole["output"]]
     assert kinds == [
         ("message", None, None),
         ("function_call", "multi_agent_v1", "spawn_agent"),
