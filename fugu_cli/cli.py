@@ -126,6 +126,22 @@ def run(
             "--include-partial-messages", help="stream-json: also send the workers' text as it comes."
         ),
     ] = False,
+    await_initialize: Annotated[
+        bool,
+        typer.Option(
+            "--await-initialize",
+            help="stream-json: wait for the client's initialize request (its system prompt, MCP servers) "
+            "before starting.",
+        ),
+    ] = False,
+    permission_prompts: Annotated[
+        str | None,
+        typer.Option(
+            "--permission-prompts",
+            help="host: the client answers permission questions (with --permission-prompt-tool stdio); "
+            "none: what would be asked is refused.",
+        ),
+    ] = None,
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="Allow edits and commands (same as full-auto).")
     ] = False,
@@ -162,6 +178,9 @@ def run(
     debug: Annotated[
         bool, typer.Option("--debug", help="Also print fugu's log (kept in FUGU_HOME/logs) on stderr.")
     ] = False,
+    debug_file: Annotated[
+        Path | None, typer.Option("--debug-file", help="Also write fugu's full log to this file.")
+    ] = None,
     no_repo_map: Annotated[
         bool, typer.Option("--no-repo-map", help="Give the workers no repository map at each turn.")
     ] = False,
@@ -182,7 +201,7 @@ def run(
     from fugu_cli.options import RunOptions
     from fugu_cli.ui import run as runner
 
-    logs.setup(debug=debug)
+    logs.setup(debug=debug, debug_file=debug_file)
     opts = RunOptions(
         cwd=Path.cwd(),
         pool=pool,
@@ -207,6 +226,7 @@ def run(
         format=output_format.value,
         input_format=input_format.value,
         notes=tuple(ctx.obj or ()),
+        await_initialize=await_initialize,
     )
     flags = runner.Flags(
         model=model,
@@ -220,6 +240,7 @@ def run(
         append_system_prompt=append_system_prompt,
         prompt_tool=prompt_tool,
         partial=partial,
+        permission_prompts=permission_prompts,
     )
     raise typer.Exit(runner.main(opts, out, flags))
 
