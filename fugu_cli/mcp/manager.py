@@ -20,6 +20,7 @@ from typing import IO, Any, Literal, TypeVar
 from fugu_cli.errors import FuguError
 from fugu_cli.extension_config import ServerSpec
 from fugu_cli.mcp.catalog import Catalog, cache_path, load_cached, save_cached
+from fugu_cli.redact import redact
 from fugu_cli.tools.sandbox import SandboxPolicy
 
 _MARK = "--- started by fugu at"
@@ -187,7 +188,8 @@ class McpManager:
                 started.append(srv)
         for srv in started:
             if not srv.ready.wait(srv.spec.startup_timeout_s):
-                self._failed(srv, f"it did not answer within {srv.spec.startup_timeout_s:g} s")
+                why = f"it did not answer within {srv.spec.startup_timeout_s:g} s"
+                self._failed(srv, why + self._said(srv))
                 if srv.stop is not None:
                     loop.call_soon_threadsafe(srv.stop.set)
                 if srv.task is not None:
@@ -211,8 +213,7 @@ class McpManager:
         def exited(code: int | None) -> None:
             if srv.state in ("ready", "starting") and not self._closed:
                 how = f"exit code {code}" if code is not None else "its output closed"
-                said = _last_line(self._log_path(srv.spec.name))
-                self._failed(srv, f"it stopped ({how}{': ' + said if said else ''})")
+                self._failed(srv, f"it stopped ({how}){self._said(srv)}")
             if srv.stop is not None:
                 srv.stop.set()
 
@@ -227,7 +228,7 @@ class McpManager:
                 await srv.stop.wait()
         except BaseException as e:
             if srv.state in ("starting", "ready") and not self._closed:
-                self._failed(srv, _describe(e))
+                self._failed(srv, _describe(e) + self._said(srv))
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
         finally:
@@ -281,6 +282,16 @@ class McpManager:
     def _cache(self, srv: _Server) -> Path:
         return cache_path(self.home, srv.spec.name, srv.spec.fingerprint())
 
+    def _said(self, srv: _Server) -> str:
+        """The server's last lines on stderr since it was started, redacted, for a failure's message."""
+        if srv.stderr is not None:
+            try:
+                srv.stderr.flush()
+            except (OSError, ValueError):
+                pass
+        lines = last_lines(self._log_path(srv.spec.name))
+        return "; its last words on stderr: " + " | ".join(lines) if lines else ""
+
     def _log_path(self, name: str) -> Path:
         return self.home / "logs" / f"mcp-{name}.log"
 
@@ -296,16 +307,20 @@ class McpManager:
             return None
 
 
-def _last_line(path: Path) -> str:
-    """The server's last words on stderr (bwrap's "execvp ...: No such file or directory", a traceback's
-    last line)."""
+def last_lines(path: Path, count: int = 5) -> list[str]:
+    """The last `count` lines a server wrote to stderr since it was last started (bwrap's "execvp ...: No
+    such file or directory", a traceback's end, node's error and version), each cut to 300 characters and
+    redacted."""
     try:
         with path.open("rb") as f:
-            f.seek(max(0, f.seek(0, 2) - 2000))
-            lines = f.read().decode("utf-8", errors="replace").strip().splitlines()
+            f.seek(max(0, f.seek(0, 2) - 8000))
+            lines = f.read().decode("utf-8", errors="replace").splitlines()
     except OSError:
-        return ""
-    return lines[-1][:300] if lines and not lines[-1].startswith(_MARK) else ""
+        return []
+    marks = [i for i, line in enumerate(lines) if line.startswith(_MARK)]
+    since = lines[marks[-1] + 1 :] if marks else lines[1:]
+    kept = [line.strip() for line in since if line.strip()]
+    return [redact(line[:300]) for line in kept[-count:]]
 
 
 def _describe(e: BaseException) -> str:
