@@ -12,7 +12,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.helpers import call, tool_reply
+from tests.helpers import call, tool_reply, write_pool
 from tests.loopback import LoopbackServer
 from tests.serve_kit import KEY, Serve, pool_file, post, rows
 
@@ -305,3 +305,48 @@ def test_chat_completions_fugu_agent_with_tools_runs_the_agent(
     )
     assert status == 200 and data["choices"][0]["message"]["content"] == "agent answer"
     assert "get_weather" in headers["x-fugu-dropped"] and "status" in data["fugu"]
+
+
+def test_embeddings_go_to_the_worker_that_declares_them(
+    tmp_path: Path, loopback: LoopbackServer, serve: Serve
+) -> None:
+    workers = [
+        {"name": "chat", "model": "openai/chat", "api_base": loopback.base_url, "priority": 2},
+        {
+            "name": "vectors",
+            "model": "openai/vectors",
+            "api_base": loopback.base_url,
+            "priority": 1,
+            "embedding_model": "openai/embed-small",
+        },
+    ]
+    server = serve(write_pool(tmp_path / "pool.toml", workers))
+    client = openai.OpenAI(base_url=server.url, api_key=KEY)
+    for model in ("fugu", "fugu/vectors", "embed-small"):
+        reply = client.embeddings.create(model=model, input=["alpha", "beta"], dimensions=4)
+        assert [len(d.embedding) for d in reply.data] == [4, 4] and reply.usage.prompt_tokens > 0
+        assert reply.model_extra["fugu"]["worker"] == "vectors"  # type: ignore[index]
+    sent = [r for r in loopback.requests if r.path.endswith("/embeddings")]
+    assert len(sent) == 3 and all(r.body["model"] == "embed-small" for r in sent)
+    same = client.embeddings.create(model="fugu", input="alpha", dimensions=4).data[0].embedding
+    assert same == client.embeddings.create(model="fugu", input=["alpha"], dimensions=4).data[0].embedding
+    with pytest.raises(openai.NotFoundError, match="worker chat serves no embeddings: declare one"):
+        client.embeddings.create(model="fugu/chat", input="x")
+
+
+def test_embeddings_without_a_declaring_worker_say_how_to_declare_one(
+    tmp_path: Path, loopback: LoopbackServer, serve: Serve
+) -> None:
+    server = serve(pool_file(tmp_path, loopback, "alpha"))
+    status, data, _ = post(server.url, {"model": "fugu", "input": "x"}, path="/embeddings")
+    assert status == 404 and 'embedding_model = "openai/text-embedding-3-small"' in data["error"]["message"]
+
+
+def test_legacy_completions_are_refused_with_what_to_use(
+    tmp_path: Path, loopback: LoopbackServer, serve: Serve
+) -> None:
+    server = serve(pool_file(tmp_path, loopback, "alpha"))
+    client = openai.OpenAI(base_url=server.url, api_key=KEY)
+    with pytest.raises(openai.NotFoundError, match="/v1/chat/completions"):
+        client.completions.create(model="fugu", prompt="Once upon a time")
+    assert loopback.requests == []
