@@ -12,6 +12,7 @@ from typing import Any
 import openai
 import pytest
 
+from fugu_cli.ui.admin import sessions_show
 from tests.helpers import call, tool_reply, write_pool
 from tests.loopback import LoopbackServer
 from tests.serve_kit import KEY, Serve, pool_file, post, rows
@@ -59,7 +60,7 @@ def _events(data: list[Any]) -> list[dict[str, Any]]:
 
 
 def test_codex_request_is_served_and_what_no_worker_takes_is_named(
-    tmp_path: Path, loopback: LoopbackServer, serve: Serve
+    tmp_path: Path, loopback: LoopbackServer, serve: Serve, capsys: pytest.CaptureFixture[str]
 ) -> None:
     loopback.script("alpha", [tool_reply(call("exec_command", cmd="python3 test_calc.py"))])
     server = serve(pool_file(tmp_path, loopback, "alpha"))
@@ -97,6 +98,8 @@ def test_codex_request_is_served_and_what_no_worker_takes_is_named(
     assert "client_metadata: no worker takes a client's metadata" in notes and len(notes) == len(
         data["fugu"]["dropped"]
     )
+    assert sessions_show(headers["x-fugu-session"]) == 0
+    assert "not honoured: client_metadata: no worker takes a client's metadata" in capsys.readouterr().out
 
 
 def test_namespace_and_custom_tool_calls_go_back_as_codex_expects_them(
