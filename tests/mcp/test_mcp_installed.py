@@ -103,7 +103,7 @@ def test_an_npm_server_in_node_modules_under_tmp(
 def test_npx_runs_a_package_npm_has_cached(
     node_modules: Path, repo: Path, tmp_path: Path, manager: list[McpManager]
 ) -> None:
-    _, npm = node_or_skip()
+    node_or_skip()
     npx = shutil.which("npx")
     assert npx is not None
     warm = subprocess.run(
