@@ -86,7 +86,7 @@ def test_codex_request_is_served_and_what_no_worker_takes_is_named(
         "include reasoning.encrypted_content",
         "reasoning.summary",
         "reasoning_effort: alpha does not take it",
-        "web_search_options: alpha does not take it",
+        "tools[web_search]: a search of cached pages only, which no worker has",
         "tools[image_generation]",
     ):
         assert said in dropped, (said, dropped)
@@ -353,3 +353,28 @@ def test_legacy_completions_are_refused_with_what_to_use(
     with pytest.raises(openai.NotFoundError, match="/v1/chat/completions"):
         client.completions.create(model="fugu", prompt="Once upon a time")
     assert loopback.requests == []
+
+
+def test_a_web_search_tool_and_a_reasoning_effort_reach_the_workers_that_have_them(
+    tmp_path: Path, loopback: LoopbackServer, serve: Serve
+) -> None:
+    workers = [
+        {"name": "o3", "model": "openai/o3", "api_base": loopback.base_url, "priority": 2},
+        {"name": "plain", "model": "openai/plain", "api_base": loopback.base_url, "priority": 1},
+    ]
+    server = serve(write_pool(tmp_path / "pool.toml", workers))
+    body = {
+        "input": "latest python release?",
+        "tools": [{"type": "web_search", "search_context_size": "low"}, CODEX["tools"][0]],
+        "reasoning": {"effort": "high"},
+    }  # with a function tool, fugu/<worker> is the pass-through to that worker
+    _, _, headers = post(server.url, body | {"model": "fugu/o3"}, path="/responses")
+    sent = loopback.requests_for("o3")[0].body
+    assert sent["reasoning_effort"] == "high" and sent["web_search_options"] == {"search_context_size": "low"}
+    assert "x-fugu-dropped" not in headers
+    _, _, headers = post(server.url, body | {"model": "fugu/plain"}, path="/responses")
+    sent = loopback.requests_for("plain")[0].body
+    assert "reasoning_effort" not in sent and "web_search_options" not in sent
+    assert headers["x-fugu-dropped"] == (
+        "reasoning_effort: plain does not take it; web_search_options: plain does not take it"
+    )

@@ -100,7 +100,7 @@ def ignored_tools(body: Mapping[str, Any], model: str) -> list[str]:
     ]
     shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
     return [
-        f"tools: {model} runs fugu's own agent with its own tools; the client's tools ({shown}) were "
+        f"tools: {model} runs fugu's own agent with its own tools, so the client's tools ({shown}) were "
         "not offered to it"
     ]
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fugu_cli.serve.params import text_of
-from fugu_cli.serve.resp_items import Tools, custom_item
+from fugu_cli.serve.resp_items import Tools
 from fugu_cli.serve.wire import ApiError, new_id, now
 
 
@@ -220,9 +220,9 @@ class ResponseEvents:
     def _whole_call(self, item: dict[str, Any]) -> list[dict[str, Any]]:
         """A custom or shell call, announced once its arguments are whole (they are reshaped first)."""
         index = len(self.output)  # the item is appended after its events
-        added = item | {"status": "in_progress"}
-        if item["type"] == "custom_tool_call":
-            added = custom_item(item["id"], item["call_id"], item["name"], "") | {"status": "in_progress"}
+        added = (
+            item | {"status": "in_progress"} | ({"input": ""} if item["type"] == "custom_tool_call" else {})
+        )
         events = [self._event("response.output_item.added", output_index=index, item=added)]
         if item["type"] == "custom_tool_call":
             where = {"item_id": item["id"], "output_index": index}

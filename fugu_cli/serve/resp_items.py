@@ -56,14 +56,15 @@ class Tools:
 
     def item(self, item_id: str, call_id: str, name: str, arguments: str) -> dict[str, Any]:
         """The output item of one of the worker's tool calls."""
-        if name in self.custom:
-            return custom_item(item_id, call_id, name, _input_of(arguments))
         if self.shell and name == SHELL:
             return shell_item(item_id, call_id, arguments)
-        item = {"type": "function_call", "id": item_id, "call_id": call_id, "name": name}
-        if name in self.namespaced:
-            item["namespace"], item["name"] = self.namespaced[name]
-        return item | {"arguments": arguments, "status": "completed"}
+        space, own = self.namespaced.get(name, (None, name))
+        if name in self.custom:
+            item = custom_item(item_id, call_id, own, _input_of(arguments))
+        else:
+            item = {"type": "function_call", "id": item_id, "call_id": call_id, "name": own}
+            item |= {"arguments": arguments, "status": "completed"}
+        return item | ({"namespace": space} if space else {})
 
     def streams_arguments(self, name: str) -> bool:
         """Whether a call's arguments can be streamed as they come (a plain function's can)."""
@@ -135,6 +136,12 @@ def tools(raw: Any) -> Tools:
                 "parameters": _SHELL_PARAMS,
             }
             functions.append({"type": "function", "function": spec})
+        elif (
+            isinstance(kind, str)
+            and kind.startswith("web_search")
+            and tool.get("external_web_access") is False
+        ):
+            dropped.append(f"tools[{kind}]: a search of cached pages only, which no worker has")
         elif isinstance(kind, str) and kind.startswith("web_search"):
             search = {"search_context_size": tool.get("search_context_size") or "medium"}
             if tool.get("user_location"):

@@ -67,7 +67,8 @@ class ApiError(Exception):
 
 
 def dropped_header(notes: Sequence[str]) -> dict[str, str]:
-    """`x-fugu-dropped`: what fugu could not honour in the request, as ASCII (an HTTP header)."""
+    """`x-fugu-dropped`: what fugu could not honour in the request, as ASCII (an HTTP header), the notes
+    separated by "; " (no note holds one)."""
     if not notes:
         return {}
     text = "; ".join(notes).encode("ascii", "replace").decode()
