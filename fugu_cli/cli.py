@@ -395,6 +395,10 @@ def serve_cmd(
         list[str] | None,
         typer.Option("--cors-origin", metavar="ORIGIN", help="Let web pages from ORIGIN call (repeatable)."),
     ] = None,
+    store_days: Annotated[
+        float,
+        typer.Option("--store-days", min=0.0, help="Keep stored Responses (store: true) this many days."),
+    ] = 30.0,
 ) -> None:
     """Serve an OpenAI-compatible endpoint: fugu (router-only pass-through), fugu-agent, fugu-ultra,
     fugu/<worker>."""
@@ -409,6 +413,7 @@ def serve_cmd(
         api_key=api_key,
         api_key_env=api_key_env,
         cors_origins=tuple(cors_origin or ()),
+        response_ttl_s=store_days * 86400.0,
     )
     raise typer.Exit(serve.main(options))
 
