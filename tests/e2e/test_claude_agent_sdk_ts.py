@@ -21,6 +21,7 @@ from tests.npm_kit import AGENT_SDK, node_or_skip, require
 from tests.sdk_kit import FUGU, pool_file
 
 DRIVER = Path(__file__).with_name("node") / "agent_sdk_query.mjs"
+CONTROL = Path(__file__).with_name("node") / "agent_sdk_control.mjs"
 NOTES = Path(__file__).resolve().parent.parent / "mcp" / "notes_server.py"
 FUGUS_OWN = "You are one member of fugu"  # the first words of fugu's instructions (prompts/system.md)
 
@@ -30,11 +31,18 @@ def sdk() -> Path:
     return require("agent-sdk", [AGENT_SDK], optional=False)
 
 
-def _query(sdk: Path, prompt: str, options: dict[str, Any]) -> list[dict[str, Any]]:
+def _query(
+    sdk: Path, prompt: str, options: dict[str, Any], calls: list[list[Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The SDK's messages for one query (with `calls`: in streaming input mode, then the result of each
+    control method called once the answer is in)."""
     node, _ = node_or_skip()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC", "CLAUDE"))}
     env |= {"FUGU_TEST_NODE_MODULES": str(sdk), "CLAUDE_AGENT_SDK_SKIP_VERSION_CHECK": "1"}
     argv = [node, str(DRIVER), prompt, json.dumps({"pathToClaudeCodeExecutable": FUGU} | options)]
+    if calls is not None:
+        argv[1:2] = [str(CONTROL)]
+        argv.append(json.dumps(calls))
     done = subprocess.run(argv, capture_output=True, text=True, timeout=180, env=env)
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert lines, done.stdout + done.stderr
@@ -112,3 +120,30 @@ def test_an_option_fugu_cannot_honour_fails_the_query(
     assert "error" in messages[-1], messages
     assert said in messages[-1]["error"] + messages[-1]["stderr"], messages[-1]
     assert loopback.requests == []  # no worker was asked anything
+
+
+def test_control_methods_are_honoured_or_refused_with_fugus_reason(
+    sdk: Path, tmp_path: Path, loopback: LoopbackServer
+) -> None:
+    loopback.script("solo", ["Ahoy."])
+    repo = make_repo(tmp_path / "repo")
+    options = {"cwd": str(repo), "extraArgs": {"pool": str(pool_file(tmp_path, loopback, "solo"))}}
+    calls = [
+        ["setPermissionMode", "plan"],
+        ["setModel", "openai/solo"],
+        ["mcpServerStatus"],
+        ["setMaxThinkingTokens", 1000],
+        ["rewindFiles", "some-message-id"],
+    ]
+    messages = _query(sdk, "hello", options, calls)
+    assert next(m for m in messages if m.get("type") == "result")["result"] == "Ahoy."
+    answers = {m["call"]: m for m in messages if "call" in m}
+    assert set(answers) == {c[0] for c in calls}, messages[-3:]
+    for honoured in ("setPermissionMode", "setModel", "mcpServerStatus"):
+        assert "error" not in answers[honoured], answers[honoured]
+    assert answers["mcpServerStatus"]["ok"] == []
+    for refused, subtype in (
+        ("setMaxThinkingTokens", "set_max_thinking_tokens"),
+        ("rewindFiles", "rewind_files"),
+    ):
+        assert f"fugu does not support the '{subtype}' control request" in answers[refused]["error"]
