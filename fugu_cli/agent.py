@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from fugu_cli.calls import AllFailed, Call, Exclusions, Try, WorkerCall
 from fugu_cli.context.budget import ContextPolicy
 from fugu_cli.context.guard import ContextGuard
 from fugu_cli.errors import ContextOverflow, Interrupted, ProviderError
@@ -36,6 +37,7 @@ from fugu_cli.llm import LLM
 from fugu_cli.router.roles import is_accept
 from fugu_cli.tools import ToolContext
 from fugu_cli.types import (
+    Completion,
     Denial,
     Message,
     RouteDecision,
@@ -70,6 +72,7 @@ class AgentDeps:
     frozen: whatever differs between runs travels in `TurnIO`."""
 
     llm: LLM
+    calls: WorkerCall  # how `llm` is called: routing, retries, failover, worker health
     tools: ToolRegistry
     tool_ctx: ToolContext
     ledger: Ledger
@@ -142,7 +145,8 @@ class Agent:
 
 
 class _Run:
-    """One `Agent.run`: its transcript, its turn's ledger, its tally and the workers that failed in it."""
+    """One `Agent.run`: its transcript, its turn's ledger, its tally, its permission policy and the workers
+    that failed in it."""
 
     def __init__(
         self,
@@ -162,6 +166,7 @@ class _Run:
             io,
         )
         self.tally = _Tally()
+        self.policy = deps.tool_ctx.policy  # this run's own: "always" answers extend it, nobody else's
         self.failed: set[str] = set()
         self.started = time.monotonic()
         self.sid = deps.session_id
@@ -174,7 +179,7 @@ class _Run:
         self.guard = None
         if deps.context is not None:
             workers, schemas, root = list(deps.workers.values()), deps.tools.schemas(), deps.tool_ctx.root
-            self.guard = ContextGuard(deps.context, deps.llm, workers, schemas, ledger, root)
+            self.guard = ContextGuard(deps.context, deps.llm, deps.calls, workers, schemas, ledger, root)
 
     def go(self) -> TurnResult:
         last_worker: str | None = None
@@ -266,80 +271,36 @@ class _Run:
         return None
 
     def _call(self, state: RouteState) -> _Reply:
-        """Pick a worker that can hold the transcript and get its reply. Compacts first when no worker can
-        hold it or the chosen one is past its threshold, and after a context-window error (then retries);
-        on any other provider failure asks the picker for another worker (failover)."""
-        errors: list[str] = []
-        failover = False
-        compacted: set[str] = set()  # what triggered a compaction in this step (each at most once)
-        step = state.step
-        while True:
-            counted = self.guard.fit(self._request(None), self.failed) if self.guard else None
-            if counted and counted.nobody_fits and "no-fit" not in compacted:
-                compacted.add("no-fit")
-                if self.guard and self._compact(self.guard.roomiest(self.failed), "no-fit"):
-                    continue
-            masked = dict(counted.masked) if counted else {}
-            try:
-                decision = self.pick(
-                    dataclasses.replace(
-                        state,
-                        messages=tuple(self.messages),
-                        excluded=frozenset(self.failed | masked.keys()),
-                        failover=failover,
-                        masked=masked,
-                    )
-                )
-            except LookupError:
-                raise _AllFailed(_nobody_left(errors, masked)) from None
-            if masked:
-                why = "; ".join(x for x in (decision.reason, counted.reason() if counted else "") if x)
-                decision = dataclasses.replace(decision, reason=why)
-            worker = self.d.workers[decision.worker]
-            if counted and counted.past_threshold(worker.name) and "threshold" not in compacted:
-                compacted.add("threshold")
-                if self._compact(worker, "threshold"):
-                    continue
-            self.ledger.route(step, decision)
-            self._emit(RouteChosen(session_id=self.sid, step=step, decision=decision))
-            self._emit(StepStarted(session_id=self.sid, step=step, worker=worker.name))
-            step_started = time.time()
-            clock = time.monotonic()
-            try:
-                completion = self.d.llm.complete(
-                    worker,
-                    self._request(decision.role),
-                    self.d.tools.schemas(),
-                    on_text=self._streamer(worker.name) if self.io.stream else None,
+        """Get this step's reply through the worker-call service: routed by the picker (after compacting
+        when no worker can hold the transcript or the chosen one is past its threshold), retried, and
+        failed over to another worker when one fails; after a context-window error the transcript is
+        compacted and the step routed again."""
+        step = _Step(self, state)
+        try:
+            answer = self.d.calls.run(
+                Call(
+                    pool=tuple(self.d.workers.values()),
+                    route=step.route,
+                    send=step.send,
+                    ledger=self.ledger,
+                    step=state.step,
                     cancel=self.io.cancel,
+                    failed={name: "failed earlier in this turn" for name in self.failed},
+                    recover=step.recover,
+                    routed=step.routed,
+                    failing=step.failing,
                 )
-            except Interrupted:
-                self.ledger.step(StepRecord(step, decision, "interrupted", Usage(), "", step_started))
-                raise
-            except ProviderError as e:
-                errors.append(f"{worker.name}: {e}")
-                spent = (time.monotonic() - clock) * 1000.0
-                self._emit(
-                    ProviderFailed(
-                        session_id=self.sid, step=step, worker=worker.name, error=str(e), api_ms=spent
-                    )
-                )
-                overflow = isinstance(e, ContextOverflow)
-                status = "context_overflow" if overflow else "provider_error"
-                self.ledger.step(StepRecord(step, decision, status, Usage(), str(e), step_started))
-                if overflow and f"overflow:{worker.name}" not in compacted:
-                    compacted.add(f"overflow:{worker.name}")
-                    if self._compact(worker, "overflow", keep_tokens=0):
-                        continue  # the same step again, compacted: not a failover
-                self.failed.add(worker.name)
-                failover = True
-                continue
-            for warning in completion.warnings:
-                self._emit(Notice(session_id=self.sid, level="warning", text=warning))
-            reply = dataclasses.replace(completion.message, worker=worker.name)
-            finish = completion.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
-            spent = (time.monotonic() - clock) * 1000.0
-            return _Reply(decision, reply, completion.usage, step_started, finish, spent)
+            )
+        except AllFailed as e:
+            self.failed.update(f.worker for f in e.failures)
+            raise _AllFailed(_nobody_left(e, step.masked)) from None
+        self.failed.update(answer.failed)
+        completion = answer.value
+        for warning in completion.warnings:
+            self._emit(Notice(session_id=self.sid, level="warning", text=warning))
+        reply = dataclasses.replace(completion.message, worker=answer.worker.name)
+        finish = completion.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+        return _Reply(answer.decision, reply, completion.usage, answer.started, finish, answer.api_ms)
 
     def _compact(self, target: Worker, trigger: str, keep_tokens: int | None = None) -> bool:
         """Compact the transcript for `target`. After a context-window error only the last step stays
@@ -386,12 +347,10 @@ class _Run:
         return on_text
 
     def _run_tools(self, reply: Message, step: int, worker: str) -> list[ToolResult]:
-        ctx = dataclasses.replace(
-            self.d.tool_ctx, agent=worker, cancel=self.io.cancel, notify=self._notifier()
-        )
         results: list[ToolResult] = []
         for call in reply.tool_calls:
             ran = call
+            ctx = self._tool_ctx(worker)  # per call: an "always" answer holds for the next one
             if self._cancelled():
                 result = ToolResult(call.id, call.name, "Not run: the user interrupted.", is_error=True)
             elif self.hook_stop is not None:
@@ -432,6 +391,22 @@ class _Run:
             self.hook_stop = e
         return call, result
 
+    def _tool_ctx(self, worker: str) -> ToolContext:
+        return dataclasses.replace(
+            self.d.tool_ctx,
+            agent=worker,
+            cancel=self.io.cancel,
+            notify=self._notifier(),
+            policy=self.policy,
+            grant=self._grant,
+        )
+
+    def _grant(self, prefix: str) -> None:
+        """An "always" answer: this run allows `prefix` from now on, and its owner (the session) is told."""
+        self.policy = self.policy.allowing(prefix)
+        if self.d.tool_ctx.grant is not None:
+            self.d.tool_ctx.grant(prefix)
+
     def _notifier(self) -> Callable[[str], None]:
         def notify(text: str) -> None:
             self._emit(Notice(session_id=self.sid, level="warning", text=text))
@@ -454,14 +429,92 @@ class _Run:
         )
 
 
+class _Step:
+    """One step's routing and attempts, as the worker-call service asks for them: the picker with the
+    transcript's fit (compacting when needed), one attempt at a worker, recovery from a context-window error
+    by compaction, and the route line and failure events."""
+
+    def __init__(self, run: _Run, state: RouteState) -> None:
+        self.run = run
+        self.state = state
+        self.compacted: set[str] = set()  # what triggered a compaction in this step (each at most once)
+        self.masked: dict[str, str] = {}
+
+    def route(self, ex: Exclusions) -> RouteDecision:
+        run = self.run
+        while True:
+            avoid = set(ex.names)
+            counted = run.guard.fit(run._request(None), avoid) if run.guard else None
+            if counted and counted.nobody_fits and "no-fit" not in self.compacted:
+                self.compacted.add("no-fit")
+                if run.guard and run._compact(run.guard.roomiest(avoid), "no-fit"):
+                    continue
+            self.masked = dict(counted.masked) if counted else {}
+            decision = run.pick(
+                dataclasses.replace(
+                    self.state,
+                    messages=tuple(run.messages),
+                    excluded=frozenset(avoid | self.masked.keys()),
+                    failover=ex.failover,
+                    masked=self.masked,
+                )
+            )
+            if self.masked:
+                why = "; ".join(x for x in (decision.reason, counted.reason() if counted else "") if x)
+                decision = dataclasses.replace(decision, reason=why)
+            worker = run.d.workers[decision.worker]
+            if counted and counted.past_threshold(worker.name) and "threshold" not in self.compacted:
+                self.compacted.add("threshold")
+                if run._compact(worker, "threshold"):
+                    continue
+            return decision
+
+    def send(self, attempt: Try) -> Completion:
+        run, worker = self.run, attempt.worker
+        return run.d.llm.complete(
+            worker,
+            run._request(attempt.decision.role),
+            run.d.tools.schemas(),
+            on_text=run._streamer(worker.name) if run.io.stream else None,
+            cancel=run.io.cancel,
+        )
+
+    def recover(self, attempt: Try, error: ProviderError) -> bool:
+        """After a context-window error only the last step stays verbatim (the provider's window is smaller
+        than we counted), once per worker; then the same step is routed again."""
+        key = f"overflow:{attempt.worker.name}"
+        if not isinstance(error, ContextOverflow) or key in self.compacted:
+            return False
+        self.compacted.add(key)
+        return self.run._compact(attempt.worker, "overflow", keep_tokens=0)
+
+    def routed(self, decision: RouteDecision) -> None:
+        run, step = self.run, self.state.step
+        run._emit(RouteChosen(session_id=run.sid, step=step, decision=decision))
+        run._emit(StepStarted(session_id=run.sid, step=step, worker=decision.worker))
+
+    def failing(self, attempt: Try, error: ProviderError, spent_ms: float) -> None:
+        run = self.run
+        event = ProviderFailed(
+            session_id=run.sid,
+            step=self.state.step,
+            worker=attempt.worker.name,
+            error=str(error),
+            api_ms=spent_ms,
+        )
+        run._emit(event)
+
+
 class _AllFailed(Exception):
     pass
 
 
-def _nobody_left(errors: list[str], masked: Mapping[str, str]) -> str:
-    if masked and not errors:
+def _nobody_left(e: AllFailed, masked: Mapping[str, str]) -> str:
+    if masked and not e.failures and not e.cooling:
         return "no worker's window can hold the transcript, even compacted: " + "; ".join(masked.values())
-    return "every worker failed: " + "; ".join([*errors, *masked.values()])
+    if not masked:
+        return str(e)
+    return f"{e}; " + "; ".join(masked.values())
 
 
 def _limit_message(status: TurnStatus, limits: Limits) -> str | None:

@@ -9,16 +9,18 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fugu_cli.agent import AgentDeps, Limits, TurnIO
+from fugu_cli.calls import HealthSettings, RetryPolicy, WorkerCall, WorkerHealth
 from fugu_cli.config import Config, fugu_home, load_config, user_config_path
 from fugu_cli.context import ContextPolicy
 from fugu_cli.context.instructions import Instructions
 from fugu_cli.errors import ConfigError, UsageError
+from fugu_cli.events import Emit
 from fugu_cli.extension_config import ExtensionConfig, load_extensions, parse_mcp_config
 from fugu_cli.hooks import HookEnv, Hooks, ToolHooks
 from fugu_cli.ledger import Ledger
@@ -33,10 +35,12 @@ from fugu_cli.router.roles import ROLE_MAX_STEPS, role_instructions
 from fugu_cli.session import Session, SessionConfig, SessionDeps, UltraMode
 from fugu_cli.store import SessionRow, Store, new_session_id
 from fugu_cli.tools import Approver, PermissionPolicy, configure_tools
+from fugu_cli.turn_settings import TurnSettings
 from fugu_cli.types import FallBack, Message, PermissionMode, TurnResult, Worker
 
 if TYPE_CHECKING:
     from fugu_cli.conductor import Conductor
+    from fugu_cli.llm.client import ClientConfig
     from fugu_cli.router.backbone import Backbone
     from fugu_cli.tools.registry import ToolRegistry
 
@@ -157,6 +161,35 @@ def router_choice(config: Config, pool: Sequence[Worker]) -> tuple[RouterSource,
     return RouterSource(path, config.cost_weight), f"router = {spec} is configured"
 
 
+class SharedParts:
+    """What the sessions assembled from one Resolved share (a server's, an eval run's): the LLM client, so one
+    HTTP connection pool and its TLS context (about 1 MiB of native memory each) serve them all, and the token
+    counter, so one bounded cache of counts does. Made on first use."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._llm: LLM | None = None
+        self._tokens: TokenCounter | None = None
+
+    def llm(self, config: Config) -> LLM:
+        with self._lock:
+            if self._llm is None:
+                self._llm = make_llm(config)
+            return self._llm
+
+    def tokens(self, config: Config) -> TokenCounter:
+        with self._lock:
+            if self._tokens is None:
+                self._tokens = make_tokens(config)
+            return self._tokens
+
+    def __getstate__(self) -> dict[str, object]:
+        return {}  # pickled to a cluster node (fugu eval on Ray): the node makes its own
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__init__()  # type: ignore[misc]
+
+
 @dataclass(frozen=True)
 class Resolved:
     """Configuration, pool and router, resolved once from run options; sessions are assembled from it."""
@@ -166,6 +199,14 @@ class Resolved:
     pool: tuple[Worker, ...]
     routers: RouterSource = field(compare=False)
     router_reason: str = ""  # why this router (said once when the shipped router cannot serve the pool)
+    shared: SharedParts = field(default_factory=SharedParts, compare=False, repr=False)
+    # the workers' health, shared by every session (and serve's pass-through) assembled from this
+    health: WorkerHealth = field(compare=False, default_factory=WorkerHealth)
+
+    def worker_call(self) -> WorkerCall:
+        """How this pool's workers are called: the configured retries, this process's worker health."""
+        s = self.config.llm
+        return WorkerCall(self.health, RetryPolicy(s.max_retries, s.backoff_base_s))
 
     @property
     def names(self) -> list[str]:
@@ -186,7 +227,13 @@ def resolve(opts: RunOptions, *, saved_pool: Sequence[Worker] = (), router_proce
     routers, why = router_choice(config, pool)
     if router_process:
         routers.start()
-    return Resolved(opts, config, tuple(pool), routers, why)
+    return Resolved(opts, config, tuple(pool), routers, why, health=worker_health(config))
+
+
+def worker_health(config: Config) -> WorkerHealth:
+    """The workers' health as this machine's fugu processes have seen it (FUGU_HOME/health.json)."""
+    s = config.llm
+    return WorkerHealth(HealthSettings(s.cooldown_s, s.cooldown_max_s), fugu_home() / "health.json")
 
 
 def worker_named(pool: Sequence[Worker], spec: str | None) -> str | None:
@@ -215,7 +262,26 @@ def build_session(
     row = _resumed_row(store, opts) if opts.resuming else None
     saved = [Worker(**w) for w in json.loads(row.pool_json)] if row else []
     resolved = resolve(opts, saved_pool=saved, router_process=router_process)
-    return assemble(resolved, opts, llm=llm, approver=approver, store=store, tokens=tokens)
+    session = assemble(resolved, opts, llm=llm, approver=approver, store=store, tokens=tokens)
+    # a person reads this session's output: advice is theirs once per FUGU_HOME (`fugu doctor` repeats it)
+    session.config = replace(session.config, hints=tuple(h for h in session.config.hints if first_time(h)))
+    return session
+
+
+def first_time(text: str) -> bool:
+    """Whether `text` is said for the first time in this FUGU_HOME (and from now on it has been). A home that
+    cannot be written says it every time."""
+    import hashlib
+
+    folder = fugu_home() / "said"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / hashlib.sha256(text.encode()).hexdigest()[:24]).open("x").close()
+    except FileExistsError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def assemble(
@@ -246,16 +312,12 @@ def assemble(
     mode: PermissionMode = config.permission_mode or "ask"
     from fugu_cli.tools.registry import ToolRegistry
 
-    tool_ctx = configure_tools(
-        config,
-        root,
-        PermissionPolicy(
-            mode=mode,
-            allow=[*config.permissions.allow, *opts.allow],
-            deny=[*config.permissions.deny, *opts.deny],
-        ),
-        approver,
+    permission = PermissionPolicy(
+        mode=mode,
+        allow=(*config.permissions.allow, *opts.allow),
+        deny=(*config.permissions.deny, *opts.deny),
     )
+    tool_ctx = configure_tools(config, root, permission, approver)
     extensions = extension_config(config, opts, root)
     instructions = Instructions(root, opts.cwd, config.context.instructions_tokens, user_config_path().parent)
     hooks = Hooks(extensions.hooks, HookEnv(root, tool_ctx.sandbox), sid)
@@ -268,7 +330,8 @@ def assemble(
         registry = registry.with_source(McpTools(mcp))
     around: list[ToolHooks] = [hooks] if hooks else []
     agent = AgentDeps(
-        llm=llm or make_llm(config),
+        llm=llm or resolved.shared.llm(config),
+        calls=resolved.worker_call(),
         tools=_tools(registry, opts),
         tool_ctx=tool_ctx,
         hooks=(*around, instructions),
@@ -278,22 +341,26 @@ def assemble(
         role_prompt=role_instructions,
         context=context_policy(
             config,
-            tokens or (make_tokens(config) if llm is None else CharTokens(config.context.output_reserve)),
+            tokens
+            or (resolved.shared.tokens(config) if llm is None else CharTokens(config.context.output_reserve)),
         ),
+    )
+    settings = TurnSettings(
+        permission=permission,
+        worker=config.worker,
+        ultra=config.ultra,
+        limits=Limits(max_steps=_max_steps(config, opts, router), max_budget_usd=config.max_budget_usd),
     )
     session_config = SessionConfig(
         root=root,
-        limits=Limits(max_steps=_max_steps(config, opts, router), max_budget_usd=config.max_budget_usd),
-        forced_worker=config.worker,
+        settings=settings,
         system_prompt=system_prompt(
             root,
             base=opts.system_prompt,
             append=opts.append_system_prompt,
             instructions=instructions.prompt_text(),
         ),
-        permission_mode=mode,
         router_name=router.name,
-        ultra=config.ultra,
         stream=opts.stream,
         notices=(*_notices(config), *extensions.notices),
         hints=_hints(config, resolved),
@@ -313,8 +380,17 @@ def assemble(
         hooks=hooks if hooks else None,
         mcp=mcp,
         instructions=instructions,
+        observers=_observers(config, resolved.pool),
     )
     return Session(deps, session_config, messages)
+
+
+def _observers(config: Config, pool: Sequence[Worker]) -> tuple[Emit, ...]:
+    """Who sees every event besides the front end: the telemetry exporter, when it is on."""
+    from fugu_cli import telemetry
+
+    export = telemetry.observer(config.telemetry, pool)
+    return (export,) if export is not None else ()
 
 
 def system_prompt(
@@ -405,18 +481,18 @@ def repo_map_source(
 
 
 def make_llm(config: Config) -> LLM:
-    from fugu_cli.llm.client import ClientConfig, LiteLLMClient
+    from fugu_cli.llm.client import LiteLLMClient
+
+    return LiteLLMClient(client_config(config))
+
+
+def client_config(config: Config) -> ClientConfig:
+    """How each attempt at a worker is made (`[llm]`), for the agent's client and serve's pass-through."""
+    from fugu_cli.llm.client import ClientConfig
 
     s = config.llm
-    return LiteLLMClient(
-        ClientConfig(
-            timeout_s=s.timeout_s,
-            max_retries=s.max_retries,
-            backoff_base_s=s.backoff_base_s,
-            stream=s.stream,
-            direct=s.direct,
-            first_byte_timeout_s=s.first_byte_timeout_s,
-        )
+    return ClientConfig(
+        timeout_s=s.timeout_s, stream=s.stream, direct=s.direct, first_byte_timeout_s=s.first_byte_timeout_s
     )
 
 
@@ -433,7 +509,8 @@ def build_conductor(
     but a session that does not start in ultra mode loads the conductor's modules on its first ultra turn."""
     u = config.ultra_settings
     names = [w.name for w in pool]
-    conductor = u.conductor or max(pool, key=lambda w: w.priority).name
+    trained = _local_conductor(u.conductor, root)
+    conductor = (None if trained else u.conductor) or max(pool, key=lambda w: w.priority).name
     if conductor not in names:
         choose = ", ".join(names)
         raise UsageError(f"[ultra] conductor = {conductor!r} is not a usable worker; choose one of: {choose}")
@@ -459,10 +536,27 @@ def build_conductor(
                 root, "workflow_step", append=opts.append_system_prompt, instructions=instructions
             ),
             plan=plan,
+            trained=trained,
         )
         return Conductor(ConductorDeps(agent=agent, store=store, pool=pool), cfg)
 
     return make() if config.ultra else _Deferred(make)
+
+
+def _local_conductor(setting: str | None, root: Path) -> Path | None:
+    """The model folder `[ultra] conductor = "local:PATH"` names (relative to the project), or None for a
+    pool worker. A folder that is not a causal-LM folder is a usage error now, not at the first turn."""
+    if not setting or not setting.startswith("local:"):
+        return None
+    raw = setting.removeprefix("local:").strip()
+    path = Path(raw).expanduser()
+    path = path if path.is_absolute() else root / path
+    if not raw or not (path / "config.json").is_file():
+        raise UsageError(
+            f'[ultra] conductor = "{setting}": {path} is not a model folder (no config.json). Train one with '
+            "`fugu conductor train`, or name a pool worker."
+        )
+    return path
 
 
 class _Deferred:
@@ -478,12 +572,13 @@ class _Deferred:
         turn: int,
         io: TurnIO,
         *,
+        agent: AgentDeps | None = None,
         before_apply: Callable[[], None] | None = None,
         record: Callable[[Message], None] = lambda m: None,
     ) -> TurnResult | FallBack:
         if self._conductor is None:
             self._conductor = self._make()
-        return self._conductor.run_turn(text, turn, io, before_apply=before_apply, record=record)
+        return self._conductor.run_turn(text, turn, io, agent=agent, before_apply=before_apply, record=record)
 
 
 def _resumed_row(store: Store, opts: RunOptions) -> SessionRow:

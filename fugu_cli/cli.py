@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -14,7 +15,20 @@ import typer
 
 from fugu_cli import __version__
 
-SUBCOMMANDS = ("pool", "sessions", "router", "demo", "eval", "serve", "doctor", "completion", "mcp", "help")
+SUBCOMMANDS = (
+    "pool",
+    "sessions",
+    "router",
+    "conductor",
+    "demo",
+    "eval",
+    "serve",
+    "acp",
+    "doctor",
+    "completion",
+    "mcp",
+    "help",
+)
 
 app = typer.Typer(
     name="fugu",
@@ -27,8 +41,10 @@ app = typer.Typer(
 sessions_app = typer.Typer(help="List and inspect past sessions.", rich_markup_mode=None)
 router_app = typer.Typer(help="Inspect, train and judge routers.", rich_markup_mode=None)
 mcp_app = typer.Typer(help="The MCP servers a session here gets.", rich_markup_mode=None)
+conductor_app = typer.Typer(help="Train and judge a conductor model (ultra mode).", rich_markup_mode=None)
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(router_app, name="router")
+app.add_typer(conductor_app, name="conductor")
 app.add_typer(mcp_app, name="mcp")
 
 
@@ -249,11 +265,14 @@ def run(
 def pool_cmd(
     pool: Annotated[str | None, typer.Option("--pool", help="A TOML file of [[workers]].")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    reset_health: Annotated[
+        bool, typer.Option("--reset-health", help="Forget recent failures: no worker is cooling down.")
+    ] = False,
 ) -> None:
-    """List the workers: usable or not (and why), model, price."""
+    """List the workers: usable or not (and why), model, price, window, and any cool-down after failing."""
     from fugu_cli.ui import admin
 
-    raise typer.Exit(admin.pool_command(pool, json_out))
+    raise typer.Exit(admin.pool_command(pool, json_out, reset_health))
 
 
 @app.command("doctor")
@@ -349,6 +368,7 @@ def eval_cmd(
     from fugu_cli import logs
     from fugu_cli.eval import EvalOptions
     from fugu_cli.eval import main as eval_main
+    from fugu_cli.options import RunOptions
 
     logs.setup()
     options = EvalOptions(
@@ -360,14 +380,111 @@ def eval_cmd(
         tasks=task or [],
         executor=executor,
         ray_address=ray_address,
-        pool=pool,
-        router=router,
-        max_turns=max_turns,
-        max_budget_usd=max_budget_usd,
+        run=RunOptions(pool=pool, router=router, max_turns=max_turns, max_budget_usd=max_budget_usd),
         json_out=json_out,
         keep=keep,
     )
     raise typer.Exit(eval_main(options))
+
+
+@conductor_app.command("train")
+def conductor_train(
+    base: Annotated[
+        Path, typer.Option("--base", help="A local Hugging Face causal-LM folder to start from.")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="The folder to write the trained conductor to.")],
+    data: Annotated[
+        Path | None, typer.Option("--data", help="An outcome folder (dataset.toml) to replay workflows on.")
+    ] = None,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="GRPO steps.")] = 40,
+    group: Annotated[int, typer.Option("--group", min=2, help="Workflows sampled per prompt.")] = 4,
+    prompts_per_step: Annotated[int, typer.Option("--prompts-per-step", min=1)] = 2,
+    lr: Annotated[float, typer.Option("--lr", min=0.0, help="GRPO learning rate.")] = 2e-5,
+    completion_tokens: Annotated[int, typer.Option("--completion-tokens", min=8)] = 96,
+    lora_rank: Annotated[int, typer.Option("--lora-rank", min=0, help="LoRA rank; 0: full fine-tune.")] = 16,
+    sft_steps: Annotated[int, typer.Option("--sft-steps", min=0, help="Warm-start steps (0: none).")] = 40,
+    sft_lr: Annotated[float, typer.Option("--sft-lr", min=0.0)] = 2e-4,
+    beta: Annotated[
+        float, typer.Option("--beta", min=0.0, help="KL weight toward the base (0: none).")
+    ] = 0.0,
+    lam: Annotated[float, typer.Option("--lambda", min=0.0, help="λ: reward per USD spent.")] = 0.0,
+    carry: Annotated[
+        float,
+        typer.Option(
+            "--carry-accuracy", min=0.0, max=1.0, help="Replay: P(a step carries a right answer it sees)."
+        ),
+    ] = 0.8,
+    max_depth: Annotated[int, typer.Option("--max-depth", min=0, help="Recursion depth (0: none).")] = 1,
+    split: Annotated[
+        str | None, typer.Option("--split", help="given[:LABEL] | kfold:K:SEED:FOLD | tasks:A,B | all.")
+    ] = None,
+    min_workers: Annotated[int, typer.Option("--min-workers", min=1, help="Smallest pool subset shown.")] = 2,
+    max_workers: Annotated[int, typer.Option("--max-workers", min=1, help="Largest pool subset shown.")] = 5,
+    env: Annotated[
+        str, typer.Option("--env", help="replay (an outcome folder) or live (a suite).")
+    ] = "replay",
+    suite: Annotated[str | None, typer.Option("--suite", help="live: the suite to run (e.g. pyfix).")] = None,
+    pool: Annotated[str | None, typer.Option("--pool", help="live: a TOML file of [[workers]].")] = None,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+    bf16: Annotated[bool, typer.Option("--bf16", help="bfloat16 training (GPU).")] = False,
+    threads: Annotated[int | None, typer.Option("--threads", min=1, help="CPU threads for torch.")] = None,
+) -> None:
+    """Train a conductor with GRPO (TRL): a warm start on valid workflows, then workflows sampled per prompt,
+    run in the environment, rewarded 0 / 0.5 / 1 − λ·USD against their group."""
+    from fugu_cli.conductor.lm import LMConfig
+    from fugu_cli.conductor.replay import Rules
+    from fugu_cli.eval.conductor_cmd import TrainRequest, train_main
+
+    cfg = LMConfig(
+        steps=steps,
+        group=group,
+        prompts_per_step=prompts_per_step,
+        learning_rate=lr,
+        completion_tokens=completion_tokens,
+        beta=beta,
+        lora_rank=lora_rank,
+        lora_alpha=2 * max(lora_rank, 1),
+        sft_steps=sft_steps,
+        sft_learning_rate=sft_lr,
+        seed=seed,
+        device=device,
+        bf16=bf16,
+        threads=threads,
+    )
+    rules = Rules(carry_accuracy=carry, lam=lam, max_depth=max_depth)
+    req = TrainRequest(data, base, out, cfg, rules, split, min_workers, max_workers, env, suite, pool)
+    raise typer.Exit(train_main(req))
+
+
+@conductor_app.command("eval")
+def conductor_eval(
+    data: Annotated[Path, typer.Option("--data", help="An outcome folder (dataset.toml) to judge on.")],
+    conductor: Annotated[
+        Path, typer.Option("--conductor", help="A trained conductor (or any causal-LM folder).")
+    ],
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
+    lam: Annotated[
+        float | None, typer.Option("--lambda", min=0.0, help="λ (default: the conductor's).")
+    ] = None,
+    subset: Annotated[
+        int | None, typer.Option("--subset", min=1, help="Show each prompt this many random workers.")
+    ] = None,
+    best_of: Annotated[int, typer.Option("--best-of", min=1, help="N of best-of-N and of the cascade.")] = 3,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Judge only the first N prompts.")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+    threads: Annotated[int | None, typer.Option("--threads", min=1, help="CPU threads for torch.")] = None,
+) -> None:
+    """Judge a conductor on prompts it never trained on, by replay, beside the baselines: best single,
+    best-of-N with a judge, cheap-first cascade, fixed templates, random workflows, oracle."""
+    from fugu_cli.conductor.evaluate import EvalSpec
+    from fugu_cli.eval.conductor_cmd import eval_main
+
+    spec = EvalSpec(data, conductor, lam, None, subset, best_of, limit, seed, device=device, threads=threads)
+    raise typer.Exit(eval_main(spec, json_out))
 
 
 @app.command("serve")
@@ -399,23 +516,77 @@ def serve_cmd(
         float,
         typer.Option("--store-days", min=0.0, help="Keep stored Responses (store: true) this many days."),
     ] = 30.0,
+    header_timeout: Annotated[
+        float,
+        typer.Option(
+            "--header-timeout", min=0.1, metavar="S", help="Close a connection whose request head is late."
+        ),
+    ] = 10.0,
+    body_timeout: Annotated[
+        float,
+        typer.Option("--body-timeout", min=0.1, metavar="S", help="Answer 408 to a request body this late."),
+    ] = 60.0,
 ) -> None:
     """Serve an OpenAI-compatible endpoint: fugu (router-only pass-through), fugu-agent, fugu-ultra,
     fugu/<worker>."""
     from fugu_cli import logs, serve
+    from fugu_cli.options import RunOptions
+    from fugu_cli.options import permission_mode as mode_named
 
     logs.setup()
     options = serve.ServeOptions(
+        run=RunOptions(pool=pool, permission_mode=mode_named(permission_mode.value)),
         host=host,
         port=port,
-        pool=pool,
-        permission_mode=permission_mode,
         api_key=api_key,
         api_key_env=api_key_env,
         cors_origins=tuple(cors_origin or ()),
         response_ttl_s=store_days * 86400.0,
+        header_timeout_s=header_timeout,
+        body_timeout_s=body_timeout,
     )
     raise typer.Exit(serve.main(options))
+
+
+@app.command("acp")
+def acp_cmd(
+    pool: Annotated[str | None, typer.Option("--pool", help="A TOML file of [[workers]].")] = None,
+    worker: Annotated[str | None, typer.Option("--worker", help="Force this worker for every step.")] = None,
+    router: Annotated[
+        str | None, typer.Option("--router", help="A router checkpoint directory, 'default' or 'prior'.")
+    ] = None,
+    permission_mode: Annotated[
+        PermissionChoice | None,
+        typer.Option("--permission-mode", help="The sessions' starting mode (default ask: the editor asks)."),
+    ] = None,
+    max_turns: Annotated[
+        int | None, typer.Option("--max-turns", min=1, help="Most steps per prompt.")
+    ] = None,
+    max_budget_usd: Annotated[
+        float | None,
+        typer.Option("--max-budget-usd", min=0.0, help="Stop a prompt when it has cost this much."),
+    ] = None,
+    trust_project: Annotated[
+        bool, typer.Option("--trust-project", help="Obey the repositories' own .fugu/config.toml in full.")
+    ] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Also print fugu's log on stderr.")] = False,
+) -> None:
+    """Serve the Agent Client Protocol on stdin/stdout: fugu as the agent of an editor (Zed, JetBrains)."""
+    from fugu_cli import acp, logs
+    from fugu_cli.options import RunOptions
+    from fugu_cli.options import permission_mode as mode_named
+
+    logs.setup(debug=debug)
+    opts = RunOptions(
+        pool=pool,
+        worker=worker,
+        router=router,
+        permission_mode=mode_named(permission_mode.value) if permission_mode else None,
+        max_turns=max_turns,
+        max_budget_usd=max_budget_usd,
+        trust_project=trust_project,
+    )
+    raise typer.Exit(acp.main(opts))
 
 
 @sessions_app.callback(invoke_without_command=True)
@@ -438,6 +609,28 @@ def sessions_show(
     from fugu_cli.ui import admin
 
     raise typer.Exit(admin.sessions_show(session_id))
+
+
+class ExportFormat(StrEnum):
+    md = "md"
+    json = "json"
+    html = "html"
+
+
+@sessions_app.command("export")
+def sessions_export(
+    session_id: Annotated[str, typer.Argument(help="A session id (a unique prefix will do).")],
+    fmt: Annotated[
+        ExportFormat, typer.Option("--format", "-f", help="md (Markdown), json or html.")
+    ] = ExportFormat.md,
+    out: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write to this file (default: stdout).")
+    ] = None,
+) -> None:
+    """Write a session as a readable transcript: each routing decision, tool call, diff and cost, redacted."""
+    from fugu_cli.ui import admin
+
+    raise typer.Exit(admin.sessions_export(session_id, fmt.value, out))
 
 
 @router_app.command("info")
@@ -516,29 +709,35 @@ def router_train(
     ] = None,
 ) -> None:
     """Train a router from measured outcomes: soft-label KL with SVF, then sep-CMA-ES."""
+    from fugu_cli.errors import UsageError
+    from fugu_cli.router.commands import TrainOptions, stage_named
+    from fugu_cli.router.es import ESConfig
+    from fugu_cli.router.train import TrainConfig
+    from fugu_cli.router.trainer import Stage2
     from fugu_cli.ui import admin
 
-    raise typer.Exit(
-        admin.router_train(
-            admin.TrainRequest(
-                tuple(data),
-                out,
-                stage,
-                split,
-                tau,
-                svf,
-                generations,
-                lam,
-                seed,
-                threads,
-                store,
-                prices,
-                processes,
-                executor,
-                ray_address,
-            )
-        )
+    config = TrainConfig(
+        lam=lam, seed=seed, threads=threads, svf_targets=tuple(t for t in svf.split(",") if t)
     )
+    try:
+        chosen = stage_named(stage)
+    except UsageError as e:
+        print(f"fugu: {e}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    opts = TrainOptions(
+        tuple(data),
+        out,
+        stage=chosen,
+        split=split,
+        config=config if tau is None else dataclasses.replace(config, taus=(tau,)),
+        stage2=Stage2(es=ESConfig(generations=generations, seed=seed, processes=processes)),
+        store=store,
+        prices=prices,
+        processes=processes,
+        executor=executor,
+        ray_address=ray_address,
+    )
+    raise typer.Exit(admin.router_train(opts))
 
 
 @router_app.command("eval")
@@ -617,7 +816,17 @@ def main(argv: list[str] | None = None) -> Any:
         return app(args=args, prog_name="fugu")
     from fugu_cli.compat import screen_argv
     from fugu_cli.errors import UsageError
+    from fugu_cli.ui.argv import near_subcommand
 
+    typo = near_subcommand(args, SUBCOMMANDS)
+    if typo is not None:
+        word, name = typo
+        print(
+            f"fugu: {word!r} is not a command; did you mean `{name}`? (to send it to the workers as a task: "
+            f"fugu -p {word})",
+            file=sys.stderr,
+        )
+        return 2
     try:
         args, notes = screen_argv(args)
     except UsageError as e:
@@ -626,7 +835,8 @@ def main(argv: list[str] | None = None) -> Any:
     root = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False, add_completion=False)
     root.command(
         help=(run.__doc__ or "")
-        + "\n\nCommands: fugu pool | fugu sessions [show ID] | fugu router info|train|eval | fugu eval SUITE"
-        " | fugu serve | fugu mcp list | fugu demo | fugu doctor | fugu completion SHELL"
+        + "\n\nCommands: fugu pool | fugu sessions [show|export ID] | fugu router info|train|eval"
+        " | fugu conductor train|eval | fugu eval SUITE | fugu serve | fugu acp | fugu mcp list | fugu demo"
+        " | fugu doctor | fugu completion SHELL"
     )(run)
     return root(args=args, prog_name="fugu", obj=notes)

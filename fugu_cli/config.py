@@ -10,22 +10,29 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import threading
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
+from types import UnionType
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
+from fugu_cli import __version__
 from fugu_cli.errors import ConfigError
 from fugu_cli.options import project_config_path
 from fugu_cli.types import PermissionMode
+
+# Validators are built on first use, not when this module is imported: a run whose layers were validated
+# before builds its Config from the cache (`load_config`) and never needs them.
+_STRICT = ConfigDict(extra="forbid", defer_build=True)
 
 
 class WorkerConfig(BaseModel):
     """One `[[workers]]` table, as a user writes it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     name: str = Field(min_length=1)
     model: str = Field(min_length=1)
@@ -41,7 +48,7 @@ class WorkerConfig(BaseModel):
 
 
 class LLMSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     timeout_s: float = Field(default=120.0, gt=0)
     max_retries: int = Field(default=3, ge=0)
@@ -49,10 +56,14 @@ class LLMSettings(BaseModel):
     stream: bool = True
     direct: bool = True  # OpenAI-compatible workers over HTTP directly; false: through litellm as well
     first_byte_timeout_s: float = Field(default=30.0, gt=0)  # a silent worker fails over, not retried
+    # a worker whose call failed is left alone this long (doubling with each failure in a row, up to
+    # cooldown_max_s), then probed with one attempt; 0: no cool-down
+    cooldown_s: float = Field(default=30.0, ge=0)
+    cooldown_max_s: float = Field(default=600.0, ge=0)
 
 
 class PermissionSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     allow: list[str] = Field(default_factory=list)
     deny: list[str] = Field(default_factory=list)
@@ -64,7 +75,7 @@ SandboxModeName = Literal["read-only", "workspace-write", "off"]
 class SandboxSettings(BaseModel):
     """`[sandbox]`: how every command fugu starts is confined (see docs/SECURITY.md)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     mode: SandboxModeName = "workspace-write"
     allow_network: bool = False
@@ -76,14 +87,14 @@ class SandboxSettings(BaseModel):
 class ToolSettings(BaseModel):
     """`[tools]`: bounds on tool output and what fugu keeps."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     output_tokens: int = Field(default=8000, ge=250)  # one tool result, estimated as characters / 4
     keep_checkpoint_sessions: int = Field(default=20, ge=1)
 
 
 class UltraSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     conductor: str | None = None
     max_depth: int = Field(default=2, ge=0)
@@ -95,7 +106,7 @@ class UltraSettings(BaseModel):
 class ContextSettings(BaseModel):
     """`[context]`: how fugu keeps every request inside its worker's window."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     compact_at: float = Field(default=0.8, gt=0.1, le=1.0)  # share of the chosen worker's window
     summarizer: str | None = None  # the worker that writes summaries (default: the cheapest that fits)
@@ -106,10 +117,13 @@ class ContextSettings(BaseModel):
     instructions_tokens: int = Field(default=8000, ge=0)  # AGENTS.md / CLAUDE.md files, all levels together
 
 
+DEFAULT_MCP_TOOL_TIMEOUT_S = 120.0  # one MCP tool call; a hanging tool is cut off after this
+
+
 class McpServerSettings(BaseModel):
     """`[mcp_servers.NAME]`: an MCP server, started as a command (stdio) or reached at a URL (HTTP)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     command: str | None = None
     args: list[str] = Field(default_factory=list)
@@ -121,7 +135,7 @@ class McpServerSettings(BaseModel):
     network: bool = True  # a stdio server's sandbox may reach the network (most servers exist to)
     writable: list[str] = Field(default_factory=list)  # extra writable paths for a stdio server (~/.npm)
     startup_timeout_s: float = Field(default=30.0, gt=0)
-    tool_timeout_s: float = Field(default=300.0, gt=0)
+    tool_timeout_s: float = Field(default=DEFAULT_MCP_TOOL_TIMEOUT_S, gt=0)  # `timeout` (ms) in .mcp.json
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerSettings:
@@ -135,7 +149,7 @@ class McpServerSettings(BaseModel):
 class HookCommandSettings(BaseModel):
     """One command of a Claude-style matcher group: `{type = "command", command = "...", timeout = 10}`."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     type: Literal["command"] = "command"
     command: str = Field(min_length=1)
@@ -146,7 +160,7 @@ class HookSettings(BaseModel):
     """One `[[hooks.EVENT]]` entry: a matcher and a command (fugu's flat form) or a list of commands (Claude's
     nested form)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     matcher: str = ""
     command: str | None = None
@@ -171,7 +185,7 @@ HookEventName = Literal["PreToolUse", "PostToolUse", "UserPromptSubmit", "Stop",
 class ExecutorSettings(BaseModel):
     """`[executor]`: where `fugu eval` jobs and router training run (README.md, Running on a cluster)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     kind: Literal["local", "ray"] = "local"
     address: str | None = None  # ray: "auto", "ray://head:10001"; none: a local Ray instance
@@ -180,10 +194,23 @@ class ExecutorSettings(BaseModel):
     max_retries: int = Field(default=3, ge=0)  # re-runs of a job whose worker process or node died
 
 
+class TelemetrySettings(BaseModel):
+    """`[telemetry]`: OpenTelemetry export (fugu_cli/telemetry.py). Off unless `enabled = true`, or unset
+    and an `OTEL_EXPORTER_OTLP_*ENDPOINT` variable is set; a repository's own config cannot turn it on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool | None = None
+    endpoint: str | None = None  # OTLP/HTTP base URL (http://collector:4318); default: the OTEL_* variables
+    headers: dict[str, str] = Field(default_factory=dict)  # e.g. an API key of the backend (redacted)
+    service_name: str | None = None  # default: OTEL_SERVICE_NAME, else "fugu"
+    metrics: bool = True
+
+
 class Config(BaseModel):
     """The merged configuration."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     router: str | None = None
     cost_weight: float | None = Field(default=None, ge=0)  # λ, reward per USD; None: the router's own
@@ -204,6 +231,7 @@ class Config(BaseModel):
     mcp_servers: dict[str, McpServerSettings] = Field(default_factory=dict)
     hooks: dict[HookEventName, list[HookSettings]] = Field(default_factory=dict)
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
+    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     # what an untrusted project config asked for and did not get ("workers", "permission_mode=full-auto")
     _ignored: tuple[str, ...] = PrivateAttr(default=())
     _trusted: bool = PrivateAttr(default=False)
@@ -383,6 +411,18 @@ def load_config(cwd: Path, overrides: dict[str, Any] | None = None, *, trust_pro
     if overrides:
         layers.append(("flags", {k: v for k, v in overrides.items() if v is not None}))
     merged: dict[str, Any] = {}
+    for _, layer in layers:
+        merged = _merge(merged, layer)
+    config = _cached(merged) or _validated(layers)
+    config._ignored = tuple(ignored)
+    config._trusted = trusted
+    return config
+
+
+def _validated(layers: Sequence[tuple[str, dict[str, Any]]]) -> Config:
+    """Each layer checked on top of the ones below it (so an error names the file that caused it); the result
+    is kept in the cache for the next run with the same layers."""
+    merged: dict[str, Any] = {}
     for source, layer in layers:
         merged = _merge(merged, layer)
         try:
@@ -390,9 +430,78 @@ def load_config(cwd: Path, overrides: dict[str, Any] | None = None, *, trust_pro
         except ValidationError as e:
             raise ConfigError(f"invalid setting in {source}: {explain(e)}") from e
     config = Config.model_validate(merged)
-    config._ignored = tuple(ignored)
-    config._trusted = trusted
+    _cache_write("config", merged, config.model_dump(mode="json"))
     return config
+
+
+def _cached(merged: dict[str, Any]) -> Config | None:
+    """The Config the same layers validated to last time, built without validating: pydantic's validators
+    were the largest cost of a run's start. None when the layers differ."""
+    found = _cache_read("config", merged)
+    config = _construct(Config, found) if isinstance(found, dict) else None
+    return config if isinstance(config, Config) else None
+
+
+def workers_from_tables(items: Sequence[Any]) -> list[WorkerConfig]:
+    """`[[workers]]` tables (of a pool file) validated, or built as they validated last time; raises
+    ValidationError for the first bad one."""
+    found = _cache_read("pool", items)
+    if isinstance(found, list):
+        return [_construct(WorkerConfig, w) for w in found]
+    workers = [WorkerConfig.model_validate(item) for item in items]
+    _cache_write("pool", items, [w.model_dump(mode="json") for w in workers])
+    return workers
+
+
+def _cache_key(data: Any) -> str:
+    """What was validated and this fugu's schema: a changed setting or an edited config.py misses."""
+    import hashlib
+
+    here = os.stat(__file__)
+    raw = json.dumps([__version__, here.st_mtime_ns, here.st_size, data], sort_keys=True, default=repr)
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def _cache_read(name: str, data: Any) -> Any:
+    """What `data` validated to last time (one entry per name, under FUGU_HOME/cache); None on a miss."""
+    try:
+        entry = json.loads((fugu_home() / "cache" / f"{name}.json").read_text(encoding="utf-8"))
+        return entry["value"] if entry.get("key") == _cache_key(data) else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _cache_write(name: str, data: Any, value: Any) -> None:
+    path = fugu_home() / "cache" / f"{name}.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps({"key": _cache_key(data), "value": value}), encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        pass  # no cache this time: the next run validates again
+
+
+def _construct(kind: Any, value: Any) -> Any:
+    """`value` (a validated model's JSON dump) as `kind`, models built with `model_construct` (no checks)."""
+    import typing
+
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if isinstance(kind, type) and issubclass(kind, BaseModel):
+        fields = {
+            name: _construct(field.annotation, value[name])
+            for name, field in kind.model_fields.items()
+            if name in value
+        }
+        return kind.model_construct(**fields)
+    if origin is list and isinstance(value, list):
+        return [_construct(args[0], v) for v in value]
+    if origin is dict and isinstance(value, dict):
+        return {k: _construct(args[1], v) for k, v in value.items()}
+    if origin in (typing.Union, UnionType) and value is not None:
+        models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+        return _construct(models[0], value) if models else value
+    return value
 
 
 def explain(e: ValidationError, root: type[BaseModel] | None = None) -> str:

@@ -1,7 +1,8 @@
 """fugu's log: a rotating file under FUGU_HOME that keeps the tracebacks and details the screen leaves out.
 
 Modules log to the "fugu" logger; `setup` (called once by an entry point) gives it a handler, so nothing a
-module logs is ever printed on the terminal by the last-resort handler. `--debug` copies it to stderr.
+module logs is ever printed on the terminal by the last-resort handler. `--debug` copies it to stderr. Every
+handler redacts (`Redacting`): a secret in a message, an argument or a traceback never reaches the file.
 """
 
 from __future__ import annotations
@@ -12,8 +13,24 @@ import sys
 from pathlib import Path
 
 from fugu_cli.config import fugu_home
+from fugu_cli.redact import redact
 
 _FORMAT = "%(asctime)s %(levelname)s [%(threadName)s] %(name)s: %(message)s"
+
+
+class Redacting(logging.Filter):
+    """Renders a record's message and traceback now, with every secret blanked (fugu_cli.redact)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = redact(record.getMessage()), None
+        if record.exc_info:
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+            record.exc_info = None  # the formatter prints `exc_text`, which is redacted
+        elif record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
+        return True
 
 
 def log_path() -> Path:
@@ -39,6 +56,7 @@ def setup(*, debug: bool = False, debug_file: Path | None = None) -> None:
     except OSError:  # an unusable FUGU_HOME is reported where the store opens; logging just goes nowhere
         handler = logging.NullHandler()
     handler.setFormatter(logging.Formatter(_FORMAT))
+    handler.addFilter(Redacting())
     logger.addHandler(handler)
     if debug_file is not None:
         try:
@@ -53,4 +71,5 @@ def setup(*, debug: bool = False, debug_file: Path | None = None) -> None:
         screen = logging.StreamHandler(sys.stderr)
         screen.setLevel(logging.DEBUG)
         screen.setFormatter(logging.Formatter("fugu %(levelname)s: %(message)s"))
+        screen.addFilter(Redacting())
         logger.addHandler(screen)

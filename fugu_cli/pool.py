@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from fugu_cli.config import Config, WorkerConfig, explain, read_toml
+from fugu_cli.config import Config, WorkerConfig, explain, read_toml, workers_from_tables
 from fugu_cli.errors import ConfigError, NoWorkerError
 from fugu_cli.types import Worker
 
@@ -95,7 +95,7 @@ POOL_HINT = (
 
 
 def worker_from_config(w: WorkerConfig) -> Worker:
-    return Worker(**w.model_dump())
+    return Worker(**{name: getattr(w, name) for name in WorkerConfig.model_fields})
 
 
 def load_pool_file(path: Path) -> list[Worker]:
@@ -110,7 +110,7 @@ def load_pool_file(path: Path) -> list[Worker]:
     if not isinstance(items, list) or not items:
         raise ConfigError(f"{path} has no [[workers]] tables: each worker needs at least name and model")
     try:
-        workers = [worker_from_config(WorkerConfig.model_validate(item)) for item in items]
+        workers = [worker_from_config(w) for w in workers_from_tables(items)]
     except ValidationError as e:
         raise ConfigError(f"{path}: a worker: {explain(e, WorkerConfig)}") from e
     return check_unique(workers, str(path))
@@ -162,13 +162,15 @@ def check_pool(workers: Sequence[Worker], *, probe_servers: bool = True) -> list
     from fugu_cli.llm.probe import check_available
 
     out: list[Availability] = []
+    servers: dict[str, tuple[bool, str]] = {}  # a server that answers one worker answers all of its workers
     for w in workers:
         missing = key_missing(w)
         if missing:
             out.append(Availability(w, False, f"{missing} is not set"))
         elif w.api_base and probe_servers:
-            ok, reason = check_available(w, timeout_s=2.0)
-            out.append(Availability(w, ok, reason))
+            if w.api_base not in servers:
+                servers[w.api_base] = check_available(w, timeout_s=2.0)
+            out.append(Availability(w, *servers[w.api_base]))
         else:
             out.append(Availability(w, True, "key set" if w.api_key_env else "no key needed"))
     return out

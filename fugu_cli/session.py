@@ -1,7 +1,9 @@
 """A fugu-mode session: one conversation in one repository, routed step by step, persisted after every step.
 
-Owns the transcript, the turn counter, per-turn git checkpoints (for /undo), the router-backed picker, the
-session-level hooks (SessionStart, UserPromptSubmit, Stop) and the lifetime of its MCP servers (`close`).
+Owns the transcript, the turn counter, the settings each turn runs under (`TurnSettings`, changed only
+through its methods, snapshotted when a turn starts), per-turn git checkpoints (for /undo), the router-backed
+picker, the session-level hooks (SessionStart, UserPromptSubmit, Stop) and the lifetime of its MCP servers
+(`close`). The UI reads and changes a session through its methods, never through its deps.
 Never prints: it emits Events.
 """
 
@@ -10,35 +12,33 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from fugu_cli.agent import Agent, AgentDeps, Limits, TurnIO
+from fugu_cli.agent import Agent, AgentDeps, TurnIO
+from fugu_cli.checkpoints import Checkpoints
 from fugu_cli.context.budget import usage_lines
 from fugu_cli.context.guard import ContextGuard
-from fugu_cli.context.instructions import Instructions
+from fugu_cli.context.instructions import InstructionFile, Instructions
 from fugu_cli.errors import UsageError
 from fugu_cli.events import (
-    AssistantMessage,
     Compacted,
     Emit,
     Event,
     Notice,
-    ProviderFailed,
     SessionStarted,
     TurnFinished,
-    WorkflowAgentEvent,
     ignore,
 )
-from fugu_cli.hooks import Hooks, HookStop, Site
+from fugu_cli.hooks import Hooks, Site
 from fugu_cli.ledger import Ledger
 from fugu_cli.llm.tokens import Window
 from fugu_cli.router import Router
-from fugu_cli.store import Store
+from fugu_cli.store import SessionRow, Store
+from fugu_cli.turn_hooks import Refused, TurnClock, TurnHooks, refusal
+from fugu_cli.turn_settings import Overrides, SettingsBox, TurnSettings
 from fugu_cli.types import (
     FallBack,
     Message,
@@ -46,7 +46,6 @@ from fugu_cli.types import (
     RouteDecision,
     RouteState,
     TurnResult,
-    Usage,
     Worker,
 )
 
@@ -56,15 +55,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("fugu")
 
 
-@dataclass
+@dataclass(frozen=True)
 class SessionConfig:
     root: Path
-    limits: Limits = field(default_factory=Limits)
-    forced_worker: str | None = None  # `/worker NAME` (sticky) or --worker
+    settings: TurnSettings = field(default_factory=TurnSettings)  # the first turn's; the session changes them
     system_prompt: str = ""
-    permission_mode: str = "ask"
     router_name: str = "prior"
-    ultra: bool = False  # turns go to `SessionDeps.ultra` (the conductor); `/ultra on|off` flips it
     stream: bool = False  # stream the workers' text (a terminal); a turn may say otherwise
     notices: tuple[str, ...] = ()  # said once, at the first turn (e.g. what an untrusted config could not do)
     hints: tuple[str, ...] = ()  # likewise, but advice rather than a warning
@@ -83,6 +79,7 @@ class UltraMode(Protocol):
         turn: int,
         io: TurnIO,
         *,
+        agent: AgentDeps | None = None,
         before_apply: Callable[[], None] | None = None,
         record: Callable[[Message], None] = ...,
     ) -> TurnResult | FallBack: ...
@@ -102,6 +99,7 @@ class SessionDeps:
     hooks: Hooks | None = None  # SessionStart, UserPromptSubmit and Stop (tool hooks run in the agent)
     mcp: McpManager | None = None  # the session's MCP servers, stopped by `close`
     instructions: Instructions | None = None  # the AGENTS.md / CLAUDE.md files loaded (for /memory)
+    observers: tuple[Emit, ...] = ()  # see every event of every turn too (telemetry export)
 
 
 class Session:
@@ -111,11 +109,11 @@ class Session:
         self.id = deps.agent.session_id
         self.messages: list[Message] = list(messages)
         self.turn = self._last_turn()
-        self.checkpoints: dict[int, str] = deps.store.checkpoints(self.id)
-        self._lock = threading.Lock()
-        self._pruned = False
-        self._resumed = bool(self.messages)
-        self._session_hooks_ran = False
+        self.checkpoints = Checkpoints(deps.store, self.id, config.root, config.keep_checkpoint_sessions)
+        self._lock = threading.Lock()  # one turn (or compaction) at a time
+        self._settings = SettingsBox(config.settings)
+        self._told = False  # the notices and hints were said (at the first turn)
+        self._hooks = TurnHooks(deps.hooks, self.id, resumed=bool(self.messages))
         if not self.messages and config.system_prompt:
             self._append(Message(role="system", content=config.system_prompt))
         self._seen = self.ledger.message_count()  # stored messages this session object has caught up with
@@ -128,29 +126,88 @@ class Session:
     def workers(self) -> dict[str, Worker]:
         return {w.name: w for w in self.deps.pool}
 
+    # --- what the UI reads and changes (from any thread) ----------------------------------------------------
+
+    def settings(self) -> TurnSettings:
+        """What the next turn runs under (a snapshot)."""
+        return self._settings.get()
+
     @property
     def ultra(self) -> bool:
-        return self.config.ultra
+        return self.settings().ultra
 
-    @ultra.setter
-    def ultra(self, on: bool) -> None:
+    def set_ultra(self, on: bool) -> None:
         """Switch ultra mode for the following turns (`/ultra on|off`)."""
         if on and self.deps.ultra is None:
             raise UsageError("ultra mode is not available in this session (no conductor was built)")
-        self.config.ultra = on
+        self._settings.set_ultra(on)
 
     def set_permission_mode(self, mode: PermissionMode) -> None:
-        """Change what tools may do from the next tool call on."""
-        self.deps.agent.tool_ctx.policy.mode = mode
-        self.config.permission_mode = mode
+        """Change what tools may do from the next turn on."""
+        self._settings.set_mode(mode)
 
     def set_worker(self, name: str | None) -> None:
-        """Force a worker for the following steps (None: back to the router)."""
+        """Force a worker for the following turns (None: back to the router)."""
+        self._check_worker(name)
+        self._settings.set_worker(name)
+
+    def grant(self, prefix: str) -> None:
+        """The user answered "always" for `prefix`: allowed in every later turn of this session."""
+        self._settings.grant(prefix)
+
+    @property
+    def pool(self) -> tuple[Worker, ...]:
+        return self.deps.pool
+
+    @property
+    def root(self) -> Path:
+        return self.config.root
+
+    @property
+    def router_name(self) -> str:
+        return self.config.router_name
+
+    @property
+    def trusted(self) -> bool:
+        """Whether the repository's folder is trusted (its custom commands' allowed-tools count)."""
+        return self.config.trusted
+
+    @property
+    def mcp(self) -> McpManager | None:
+        """The session's MCP servers (None without any)."""
+        return self.deps.mcp
+
+    def warm(self) -> None:
+        """Slow one-time set-up (litellm's import) now, e.g. while the user types."""
+        self.deps.agent.llm.warm(self.deps.pool)  # litellm only if a worker needs it
+
+    def recent_sessions(self, limit: int = 20) -> list[SessionRow]:
+        return self.deps.store.list_sessions(limit)
+
+    def instruction_files(self) -> tuple[list[InstructionFile], int]:
+        """The instruction files loaded (AGENTS.md, CLAUDE.md, ...) and their token budget."""
+        found = self.deps.instructions
+        return (list(found.files), found.budget) if found else ([], 0)
+
+    def memory_text(self) -> str:
+        """What ultra mode's agents learned in this session (`/memory`)."""
+        from fugu_cli import memory
+
+        return memory.render(self.deps.store, self.id)
+
+    def worker_health(self) -> dict[str, str]:
+        """{worker: why it is skipped or probed} for the pool's workers that failed recently."""
+        health = self.deps.agent.calls.health
+        now = health.clock()
+        return {name: c.describe(now) for name, c in health.report(self.deps.pool).items()}
+
+    def _check_worker(self, name: str | None) -> None:
         if name is not None and name not in self.workers:
             raise UsageError(
                 f"no worker named {name!r} in the pool; choose one of: {', '.join(self.workers)}"
             )
-        self.config.forced_worker = name
+
+    # --- turns ----------------------------------------------------------------------------------------------
 
     def run_turn(
         self,
@@ -159,152 +216,100 @@ class Session:
         cancel: threading.Event | None = None,
         *,
         stream: bool | None = None,
+        overrides: Overrides | None = None,
     ) -> TurnResult:
-        """Handle one user message to a final answer (or a limit, a failure, an interrupt)."""
+        """Handle one user message to a final answer (or a limit, a failure, an interrupt), under the
+        session's settings as they are now (plus `overrides`, for this turn only)."""
+        settings = self.settings()
+        if overrides is not None:
+            self._check_worker(overrides.worker)
+            settings = overrides.applied(settings)
         with self._lock, self.deps.store.session_lock(self.id):
             self._catch_up()
             self.turn += 1
-            turn = self.turn
-            clock = _TurnClock(emit)
-            emit = clock.emit
-            io = TurnIO(emit=emit, cancel=cancel, stream=self.config.stream if stream is None else stream)
-            emit(self._started())
+            clock = TurnClock(_observed(emit, self.deps.observers))
+            io = TurnIO(
+                emit=clock.emit, cancel=cancel, stream=self.config.stream if stream is None else stream
+            )
+            io.emit(self._started(settings))
+            self._tell(io.emit)
+            result = self._work(text, self.turn, settings, io, clock)
+            result = dataclasses.replace(result, duration_ms=clock.wall_ms(), duration_api_ms=clock.api_ms)
+            self.deps.store.finish_turn(
+                self.id, self.turn, result.status, result.result, result.usage.cost_usd
+            )
+            self._seen = self.ledger.message_count()
+            io.emit(TurnFinished(session_id=self.id, result=result))
+            return result
+
+    def _work(self, text: str, turn: int, settings: TurnSettings, io: TurnIO, clock: TurnClock) -> TurnResult:
+        """The turn itself: its prompt through the hooks, then the agent (or the conductor in ultra mode)
+        with this turn's parts: the settings' policy, this session's checkpoint and grants."""
+        store, emit = self.deps.store, io.emit
+        site = Site(self.ledger.turn(turn), 0, "user")
+        try:
+            prompt = self._hooks.prompt(text, site, settings.mode, emit, self._append)
+        except Refused as refused:  # the prompt is not kept: a hook may refuse it for what it holds
+            store.begin_turn(self.id, turn, "[refused by a hook]")
+            return refusal(self.id, refused.reason, clock.wall_ms())
+        store.begin_turn(self.id, turn, text)
+        store.touch_session(self.id, title=text.strip().splitlines()[0][:80] if text else None)
+        self._append(Message(role="user", content=prompt))
+        checkpoint = self.checkpoints.before_edit(turn, emit)
+        tool_ctx = dataclasses.replace(
+            self.deps.agent.tool_ctx, before_edit=checkpoint, policy=settings.permission, grant=self.grant
+        )
+        deps = dataclasses.replace(self.deps.agent, tool_ctx=tool_ctx)
+        on_stop = self._hooks.on_stop(lambda: site, settings.mode, emit)
+
+        def fugu_turn() -> TurnResult:
+            pick = self._picker(emit, settings.worker)
+            brief = self.repo_map_text()
+            return Agent(deps).run(
+                self.messages, turn, pick, settings.limits, io, brief=brief, on_stop=on_stop
+            )
+
+        if not settings.ultra or self.deps.ultra is None:
+            return fugu_turn()
+        outcome = self.deps.ultra.run_turn(
+            prompt, turn, io, agent=deps, before_apply=checkpoint, record=self._append
+        )
+        if isinstance(outcome, FallBack):
+            emit(Notice(session_id=self.id, level="warning", text=outcome.reason))
+            return outcome.merged(fugu_turn())
+        return outcome
+
+    def _tell(self, emit: Emit) -> None:
+        """Say the session's notices and hints once (at its first turn), and what its MCP servers report."""
+        if not self._told:
+            self._told = True
             for notice in self.config.notices:
                 emit(Notice(session_id=self.id, level="warning", text=notice))
             for hint in self.config.hints:
                 emit(Notice(session_id=self.id, level="hint", text=hint))
-            self.config.notices = self.config.hints = ()
-            self._say_mcp(emit)
-            store = self.deps.store
-            try:
-                prompt = self._prompt_hooks(text, turn, emit)
-            except _Refused as refused:  # the prompt is not kept: a hook may refuse it for what it holds
-                result = _refusal(self.id, refused.reason, clock.wall_ms())
-                store.begin_turn(self.id, turn, "[refused by a hook]")
-                store.finish_turn(self.id, turn, result.status, result.result, 0.0)
-                emit(TurnFinished(session_id=self.id, result=result))
-                return result
-            store.begin_turn(self.id, turn, text)
-            store.touch_session(self.id, title=text.strip().splitlines()[0][:80] if text else None)
-            self._append(Message(role="user", content=prompt))
-            checkpoint = self._checkpointer(turn, emit)
-            deps = dataclasses.replace(
-                self.deps.agent,
-                tool_ctx=dataclasses.replace(self.deps.agent.tool_ctx, before_edit=checkpoint),
-            )
+        self._say_mcp(emit)
 
-            on_stop = self._stop_hooks(turn, emit)
-
-            def fugu_turn() -> TurnResult:
-                brief = self.repo_map_text()
-                return Agent(deps).run(
-                    self.messages,
-                    turn,
-                    self._picker(emit),
-                    self.config.limits,
-                    io,
-                    brief=brief,
-                    on_stop=on_stop,
-                )
-
-            if self.ultra and self.deps.ultra is not None:
-                outcome = self.deps.ultra.run_turn(
-                    prompt, turn, io, before_apply=checkpoint, record=self._append
-                )
-                if isinstance(outcome, FallBack):
-                    emit(Notice(session_id=self.id, level="warning", text=outcome.reason))
-                    outcome = outcome.merged(fugu_turn())
-                result = outcome
-            else:
-                result = fugu_turn()
-            result = dataclasses.replace(result, duration_ms=clock.wall_ms(), duration_api_ms=clock.api_ms)
-            store.finish_turn(self.id, turn, result.status, result.result, result.usage.cost_usd)
-            self._seen = self.ledger.message_count()
-            emit(TurnFinished(session_id=self.id, result=result))
-            return result
-
-    # --- extensions: hooks around the turn, MCP servers' lifetime, per-turn settings -----------------------
-
-    def _prompt_hooks(self, text: str, turn: int, emit: Emit) -> str:
-        """Run SessionStart (once per session object) and UserPromptSubmit hooks; the prompt the model reads
-        (with any context they add). Raises _Refused when a hook refuses the prompt or stops the turn."""
-        hooks = self.deps.hooks
-        if not hooks:
-            return text
-        site = Site(self.ledger.turn(turn), 0, "user")
-        mode = self.config.permission_mode
-        say = _sayer(self.id, emit)
-        try:
-            if not self._session_hooks_ran:
-                self._session_hooks_ran = True
-                source = "resume" if self._resumed else "startup"
-                context = hooks.session_start(source, site, mode, say)
-                if context:
-                    self._append(Message(role="system", content=_tagged("SessionStart-hook", context)))
-            verdict = hooks.user_prompt(text, site, mode, say)
-        except HookStop as e:
-            raise _Refused(f"a hook stopped the turn: {e}") from None
-        if verdict.blocked is not None:
-            emit(
-                Notice(
-                    session_id=self.id, level="warning", text=f"prompt blocked by a hook: {verdict.blocked}"
-                )
-            )
-            raise _Refused(f"the prompt was blocked by a UserPromptSubmit hook: {verdict.blocked}")
-        if verdict.context:
-            return f"{text}\n\n{_tagged('user-prompt-submit-hook', verdict.context)}"
-        return text
-
-    def _stop_hooks(self, turn: int, emit: Emit) -> Callable[[str, bool], str | None] | None:
-        hooks = self.deps.hooks
-        if not hooks or not hooks.for_event("Stop"):
-            return None
-
-        def on_stop(answer: str, active: bool) -> str | None:
-            site = Site(self.ledger.turn(turn), 0, "user")
-            return hooks.stop(answer, active, site, self.config.permission_mode, _sayer(self.id, emit))
-
-        return on_stop
+    # --- extensions: MCP servers' lifetime and what they offer ------------------------------------------
 
     def _say_mcp(self, emit: Emit) -> None:
         if self.deps.mcp is not None:
             for notice in self.deps.mcp.take_notices():
                 emit(Notice(session_id=self.id, level="warning", text=notice))
 
-    @contextmanager
-    def turn_settings(self, worker: str | None = None, allow: Sequence[str] = ()) -> Iterator[None]:
-        """For the turns run inside: force `worker` and allow `allow` too (a custom command's front matter);
-        afterwards the session's own settings are back ("always" answers given meanwhile stay)."""
-        policy = self.deps.agent.tool_ctx.policy
-        before = self.config.forced_worker
-        added = [rule for rule in allow if rule not in policy.allow]
-        if worker:
-            self.set_worker(worker)
-        policy.allow.extend(added)
-        try:
-            yield
-        finally:
-            # only what this put in place: a /model or set_model meanwhile (another thread) stands
-            if worker and self.config.forced_worker == worker:
-                self.config.forced_worker = before
-            for rule in added:
-                if rule in policy.allow:
-                    policy.allow.remove(rule)
-
     def close(self) -> None:
         """End the session's processes: its MCP servers stop. The session's record stays in the store."""
         if self.deps.mcp is not None:
             self.deps.mcp.close()
 
-    def _started(self) -> SessionStarted:
-        forced = self.workers.get(self.config.forced_worker or "")
+    def _started(self, settings: TurnSettings) -> SessionStarted:
+        forced = self.workers.get(settings.worker or "")
         keys = sorted({w.api_key_env for w in self.deps.pool if w.api_key_env})
         return SessionStarted(
             session_id=self.id,
             cwd=str(self.config.root),
             workers=tuple(self.workers),
             tools=tuple(self.deps.agent.tools.names()),
-            permission_mode=self.config.permission_mode,
+            permission_mode=settings.mode,
             router=self.config.router_name,
             model=forced.model if forced else "auto",
             api_key_source=",".join(keys) or "none",
@@ -366,6 +371,7 @@ class Session:
             guard = ContextGuard(
                 agent.context,
                 agent.llm,
+                agent.calls,
                 self.deps.pool,
                 agent.tools.schemas(),
                 self.ledger.turn(self.turn),
@@ -380,7 +386,7 @@ class Session:
         emit(event)
         return event
 
-    def _picker(self, emit: Emit) -> Callable[[RouteState], RouteDecision]:
+    def _picker(self, emit: Emit, forced: str | None) -> Callable[[RouteState], RouteDecision]:
         def pick(state: RouteState) -> RouteDecision:
             pool = self.deps.pool
             try:
@@ -393,7 +399,6 @@ class Session:
                     Notice(session_id=self.id, level="warning", text=f"router failed ({e}); using the prior")
                 )
                 decision = self.deps.fallback.pick(state, pool)
-            forced = self.config.forced_worker
             if forced and forced not in state.excluded:
                 return dataclasses.replace(
                     decision, worker=forced, source="override", reason="forced by the user"
@@ -426,91 +431,19 @@ class Session:
         """The last turn stored (a compacted transcript no longer holds every turn's message)."""
         return max(self.deps.store.last_turn(self.id), sum(1 for m in self.messages if m.role == "user"))
 
-    def _checkpointer(self, turn: int, emit: Emit) -> Callable[[], None]:
-        def checkpoint() -> None:
-            if turn in self.checkpoints:
-                return
-            from fugu_cli.tools import git
-
-            try:
-                self.checkpoints[turn] = git.checkpoint(self.config.root, f"{self.id}-t{turn}")
-                if not self._pruned:  # once per session is enough
-                    self._pruned = True
-                    keep = self.config.keep_checkpoint_sessions
-                    git.prune_checkpoints(self.config.root, keep, keep=frozenset({self.id}))
-            except Exception as e:  # not a git repo, or git missing: edits go on, /undo can't help
-                emit(Notice(session_id=self.id, level="warning", text=f"no checkpoint for /undo: {e}"))
-                self.checkpoints[turn] = ""
-            self.deps.store.set_checkpoint(self.id, turn, self.checkpoints[turn])
-
-        return checkpoint
-
     def undo(self) -> list[str]:
-        """Restore the tree to its state before the last turn that changed it. Returns the restored paths.
-
-        A turn whose checkpoint matches the tree (it only ran commands that changed nothing) is skipped.
-        """
-        for turn in sorted(self.checkpoints, reverse=True):
-            sha = self.checkpoints.pop(turn)
-            self.deps.store.set_checkpoint(self.id, turn, None)
-            if sha:
-                from fugu_cli.tools import git
-
-                restored = git.restore_checkpoint(self.config.root, sha)
-                if restored:
-                    return restored
-        raise UsageError("nothing to undo: no turn of this session has changed files")
+        """Restore the tree to its state before the last turn that changed it. Returns the restored paths."""
+        return self.checkpoints.undo()
 
 
-class _Refused(Exception):
-    """A hook refused the turn's prompt (or stopped the turn) before any worker saw it."""
+def _observed(emit: Emit, observers: Sequence[Emit]) -> Emit:
+    """`emit`, with each observer seeing the event first."""
+    if not observers:
+        return emit
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+    def both(event: Event) -> None:
+        for observe in observers:
+            observe(event)
+        emit(event)
 
-
-def _refusal(sid: str, reason: str, wall_ms: float) -> TurnResult:
-    return TurnResult(
-        status="error_during_execution",
-        result=reason,
-        session_id=sid,
-        num_turns=0,
-        usage=Usage(),
-        error=reason,
-        duration_ms=wall_ms,
-    )
-
-
-def _sayer(sid: str, emit: Emit) -> Callable[[str], None]:
-    def say(text: str) -> None:
-        emit(Notice(session_id=sid, level="warning", text=text))
-
-    return say
-
-
-def _tagged(tag: str, text: str) -> str:
-    return f"<{tag}>\n{text}\n</{tag}>"
-
-
-class _TurnClock:
-    """A turn's wall time, and the time its LLM calls took (every agent's, failed calls included), read
-    from the events the turn emits on their way out."""
-
-    def __init__(self, emit: Emit) -> None:
-        self._emit = emit
-        self._started = time.monotonic()
-        self._lock = threading.Lock()
-        self.api_ms = 0.0
-
-    def emit(self, event: Event) -> None:
-        inner = event
-        while isinstance(inner, WorkflowAgentEvent):
-            inner = inner.inner
-        if isinstance(inner, AssistantMessage | ProviderFailed):
-            with self._lock:  # ultra mode's steps run in threads
-                self.api_ms += inner.api_ms
-        self._emit(event)
-
-    def wall_ms(self) -> float:
-        return (time.monotonic() - self._started) * 1000.0
+    return both

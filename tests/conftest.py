@@ -27,3 +27,11 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
         if name.endswith(_KEY_SUFFIXES) or (name.startswith("FUGU_") and name != "FUGU_HOME"):
             monkeypatch.delenv(name, raising=False)
     return home
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (tools/test runs it with --dist loadgroup) the tests that use the one local Ray
+    instance share a worker, which starts the instance once."""
+    for item in items:
+        if "ray_instance" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("ray"))

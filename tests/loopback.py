@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 import pytest
 
@@ -141,7 +141,7 @@ class LoopbackServer:
         """The OpenAI-style api_base (ends in /v1)."""
         return f"{self.url}/v1"
 
-    def start(self) -> LoopbackServer:
+    def start(self) -> Self:
         serve = functools.partial(self._httpd.serve_forever, poll_interval=0.05)
         self._thread = threading.Thread(target=serve, name="loopback", daemon=True)
         self._thread.start()
@@ -154,7 +154,7 @@ class LoopbackServer:
             self._thread.join(timeout=5)
         self._httpd.server_close()
 
-    def __enter__(self) -> LoopbackServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from fugu_cli.options import RunOptions, permission_mode
 from fugu_cli.serve import FuguServer, ServeOptions
 from tests.helpers import make_repo, write_pool
 from tests.loopback import LoopbackServer
@@ -52,7 +53,10 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
         repo = tmp_path / "repo"
         if not repo.exists():
             make_repo(repo)
-        server = FuguServer(ServeOptions(port=0, cwd=repo, pool=str(pool), **options)).start()
+        mode = permission_mode(options.pop("permission_mode", "read-only"))
+        turns = options.pop("max_turns", None)
+        run = RunOptions(cwd=repo, pool=str(pool), permission_mode=mode, max_turns=turns)
+        server = FuguServer(ServeOptions(run=run, port=0, **options)).start()
         servers.append(server)
         return server
 

@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 
 from fugu_cli.agent import Agent, AgentDeps, Limits, TurnIO
+from fugu_cli.calls import RetryPolicy, WorkerCall, WorkerHealth
 from fugu_cli.events import Event, Notice, ProviderFailed, RouteChosen, StepFinished, ToolFinished
 from fugu_cli.ledger import Ledger
 from fugu_cli.llm.scripted import ScriptedLLM
@@ -26,6 +27,7 @@ def deps(tmp_path: Path, llm: object, scope: str = "main") -> AgentDeps:
     store.create_session("s1", str(repo), "fugu", "[]", "prior")
     return AgentDeps(
         llm=llm,  # type: ignore[arg-type]
+        calls=WorkerCall(WorkerHealth(), RetryPolicy(max_retries=0)),
         tools=ToolRegistry.default(),
         tool_ctx=ToolContext(root=repo, agent="", policy=PermissionPolicy(mode="full-auto")),
         ledger=Ledger(store, "s1", scope),

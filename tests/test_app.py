@@ -91,4 +91,4 @@ def test_sessions_assembled_from_one_resolve_share_the_backbone_not_the_transcri
     assert first.id != second.id
     assert first.deps.router is not second.deps.router
     assert first.deps.router.backbone is second.deps.router.backbone  # type: ignore[attr-defined]
-    assert (first.config.forced_worker, second.config.forced_worker) == (None, "claude-sonnet")
+    assert (first.settings().worker, second.settings().worker) == (None, "claude-sonnet")

@@ -325,12 +325,13 @@ def test_a_bad_suite_is_a_clear_usage_error(tmp_path: Path, toml: str, message: 
 def test_main_exits_2_with_one_line_for_a_bad_suite_or_worker(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(EvalOptions(suite=str(tmp_path / "missing"), cwd=tmp_path)) == 2
+    assert main(EvalOptions(suite=str(tmp_path / "missing"), run=RunOptions(cwd=tmp_path))) == 2
     missing = capsys.readouterr().err
     assert "no suite" in missing and "pyfix" in missing
     suite = write_suite(tmp_path / "s", [add_task()])
     pool = scripted_pool(tmp_path, "solo")
-    assert main(EvalOptions(suite=str(suite), workers=["ghost"], pool=str(pool), cwd=tmp_path)) == 2
+    run = RunOptions(cwd=tmp_path, pool=str(pool))
+    assert main(EvalOptions(suite=str(suite), workers=["ghost"], run=run)) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--worker ghost" in err[0] and "solo" in err[0]
 
@@ -366,7 +367,12 @@ def test_eval_over_loopback_http_prints_one_json_report(
     loopback.script("alpha", fix("calc.py", FIXED))
     loopback.script("beta", ["I give up."])
     code = main(
-        EvalOptions(suite=str(suite), workers=["alpha", "beta"], pool=str(pool), json_out=True, cwd=tmp_path)
+        EvalOptions(
+            suite=str(suite),
+            workers=["alpha", "beta"],
+            run=RunOptions(cwd=tmp_path, pool=str(pool)),
+            json_out=True,
+        )
     )
     out = capsys.readouterr()
     assert code == 0, out.err

@@ -30,3 +30,27 @@ def test_debug_copies_the_log_to_stderr(capsys: pytest.CaptureFixture[str]) -> N
     logging.getLogger("fugu.router").debug("picked alpha")
     assert "fugu DEBUG: picked alpha" in capsys.readouterr().err
     logs.setup()
+
+
+def test_a_secret_in_a_message_its_arguments_or_a_traceback_never_reaches_the_log(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secret = "tok-5d2c9e7a1b3f4e60"
+    monkeypatch.setenv("DEPLOY_TOKEN", secret)
+    logs.setup(debug=True)
+    log = logging.getLogger("fugu")
+    log.warning("calling with %s", secret)
+    log.info(f"inline {secret}")
+    try:
+        raise RuntimeError(f"the server said: bad token {secret}")
+    except RuntimeError:
+        log.exception("an ultra step crashed")
+    for h in log.handlers:
+        h.flush()
+    text = logs.log_path().read_text()
+    screen = capsys.readouterr().err
+    logs.setup()
+    assert "calling with [DEPLOY_TOKEN]" in text and "inline [DEPLOY_TOKEN]" in text
+    assert "RuntimeError: the server said: bad token [DEPLOY_TOKEN]" in text and "Traceback" in text
+    assert "an ultra step crashed" in screen and "[DEPLOY_TOKEN]" in screen
+    assert secret not in text and secret not in screen

@@ -285,8 +285,8 @@ def test_real_process_prints_its_address_and_stops_on_sigterm(
     pool = pool_file(tmp_path, loopback, "alpha")
     loopback.script("alpha", ["from a real server"])
     code = (
-        "import sys; from fugu_cli.serve import main, ServeOptions;"
-        f"sys.exit(main(ServeOptions(port=0, pool={str(pool)!r})))"
+        "import sys; from fugu_cli.serve import main, ServeOptions; from fugu_cli.options import RunOptions;"
+        f"sys.exit(main(ServeOptions(run=RunOptions(pool={str(pool)!r}), port=0)))"
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", code], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

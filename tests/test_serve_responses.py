@@ -18,7 +18,7 @@ from tests.loopback import LoopbackServer
 from tests.serve_kit import KEY, Serve, pool_file, post, rows
 
 # What Codex 0.171 sends (captured from `codex exec`), trimmed to one tool of each kind.
-CODEX = {
+CODEX: dict[str, Any] = {
     "model": "fugu",
     "input": [
         {
@@ -257,7 +257,7 @@ def test_fugu_agent_runs_fugus_agent_even_when_the_client_sends_tools(
         model="fugu-agent",
         input="what is wrong in calc.py?",
         tools=CODEX["tools"],
-        reasoning={"effort": "high"},  # type: ignore[arg-type]
+        reasoning={"effort": "high"},
     )
     answer = raw.parse()
     assert answer.output_text == "add() subtracts." and answer.status == "completed"

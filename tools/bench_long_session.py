@@ -97,8 +97,8 @@ class TimedLLM:
     spent_cpu: float = 0.0  # of the calling thread: building the request, reading the reply
     calls: int = 0
 
-    def warm(self) -> None:
-        self.inner.warm()
+    def warm(self, workers: Sequence[Worker] = ()) -> None:
+        self.inner.warm(workers)
 
     def complete(
         self,
@@ -221,7 +221,7 @@ def _real_tokens() -> Any:
 
 
 def _report(
-    server: WindowedLoopback, clock: Clock, statuses: list[str], elapsed: float, llm: TimedLLM
+    server: WindowedLoopback, clock: Clock, statuses: Sequence[str], elapsed: float, llm: TimedLLM
 ) -> dict[str, Any]:
     own, cpu = clock.own_ms, clock.own_cpu_ms
     per_worker: dict[str, dict[str, int]] = {}

@@ -184,7 +184,7 @@ def setting(work: Path, server: LoopbackServer) -> tuple[Path, Path, dict[str, s
     return repo, pool, env
 
 
-def startup(work: Path, runs: int) -> None:
+def startup(work: Path, runs: int, prior_only: bool = False) -> None:
     with BenchLoopback(2, set()) as server:
         repo, pool, env = setting(work / "startup", server)
         port = str(server.port)
@@ -198,8 +198,11 @@ def startup(work: Path, runs: int) -> None:
             # the repo map's exact token count is what loads a tokenizer in a short run: its share, shown
             PRIOR_NO_MAP: [*fugu, "--router", "prior", "--no-repo-map"],
         }
+        if prior_only:
+            cmds = {k: v for k, v in cmds.items() if k not in (TORCH_FLOOR, LEARNED)}
         cold_home = dict(env, FUGU_HOME=str(work / "cold-home"))
-        cold = {name: launch(cmds[name], server, cold_home, repo) for name in (LEARNED, PRIOR)}
+        firsts = [name for name in (LEARNED, PRIOR) if name in cmds]
+        cold = {name: launch(cmds[name], server, cold_home, repo) for name in firsts}
         for cmd in cmds.values():  # warm the page cache, FUGU_HOME's caches and the store
             launch(cmd, server, env, repo)
         got: dict[str, list[Launch]] = {name: [] for name in cmds}
@@ -218,8 +221,10 @@ def startup(work: Path, runs: int) -> None:
         ("prior, no repo map", PRIOR_NO_MAP, HTTPX_FLOOR),
     )
     for label, mine, floor in pairs:
-        runs = zip(got[mine], got[floor], strict=True)
-        paired = statistics.median(a.first_ms / b.first_ms for a, b in runs)
+        if mine not in got or floor not in got:
+            continue
+        both = zip(got[mine], got[floor], strict=True)
+        paired = statistics.median(a.first_ms / b.first_ms for a, b in both)
         print(f"  ratio {label:<22} {med[mine] / med[floor]:5.2f}x (median of paired ratios {paired:.2f}x)")
     print("  first run in a new FUGU_HOME (no caches yet): " + ", ".join(
         f"{name.split(', ')[1]} {x.first_ms:.0f} ms" for name, x in cold.items()
@@ -294,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=300, help="steps of the per-step task")
     parser.add_argument("--skip-startup", action="store_true")
     parser.add_argument("--skip-steps", action="store_true")
+    parser.add_argument("--prior-only", action="store_true", help="start-up: the prior router and its floors")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="fugu-bench-run-"))
     # fugu's bytecode as an installed package has it (pip compiles it): a checkout edited since its last run,
@@ -303,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the start")
     try:
         if not args.skip_startup:
-            startup(work, args.runs)
+            startup(work, args.runs, args.prior_only)
         if not args.skip_steps:
             for router in ("default", "prior"):
                 per_step(work, args.steps, router)

@@ -9,6 +9,7 @@ Median (and p90) over N calls each, in a temp git repo, through the real ToolReg
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import subprocess
@@ -49,11 +50,13 @@ def main() -> None:
         for mode in ("off", "workspace-write", "read-only"):
             policy = sb.SandboxPolicy(mode=mode)  # type: ignore[arg-type]
             ctx = ToolContext(root=repo, agent="b", policy=PermissionPolicy(mode="full-auto"), sandbox=policy)
-            med, p90 = timed(lambda ctx=ctx: registry.run(call, ctx), args.calls)
+            med, p90 = timed(functools.partial(registry.run, call, ctx), args.calls)
             print(f"{'shell tool, sandbox ' + mode:<42}{med:>10.1f}{p90:>9.1f}")
         for mode in ("off", "workspace-write"):
             policy = sb.SandboxPolicy(mode=mode)  # type: ignore[arg-type]
-            med, p90 = timed(lambda p=policy: sb.run(["bash", "-c", "true"], cwd=repo, policy=p), args.calls)
+            med, p90 = timed(
+                functools.partial(sb.run, ["bash", "-c", "true"], cwd=repo, policy=policy), args.calls
+            )
             print(f"{'sandbox.run bash -c true, ' + mode:<42}{med:>10.1f}{p90:>9.1f}")
         med, p90 = timed(lambda: subprocess.run(["bash", "-c", "true"], cwd=repo), args.calls)
         print(f"{'subprocess.run bash -c true (reference)':<42}{med:>10.1f}{p90:>9.1f}")

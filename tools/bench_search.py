@@ -19,6 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PATTERN = r"def \w+_test|TODO"
@@ -75,7 +76,7 @@ def pathspec_walk(repo: Path) -> list[str]:
     import pathspec
 
     out: list[str] = []
-    specs: list[tuple[str, pathspec.PathSpec]] = []
+    specs: list[tuple[str, pathspec.PathSpec[Any]]] = []
     for d, dirs, files in os.walk(repo):
         rel = os.path.relpath(d, repo)
         rel = "" if rel == "." else rel + "/"
@@ -196,14 +197,14 @@ def main() -> None:
             print(f"{name:<34}{ms:>10.1f}{len(res):>8}")  # type: ignore[arg-type]
         files = git_ls(repo)
         print(f"\n{'grep ' + PATTERN:<34}{'median ms':>10}{'lines':>8}")
-        for name, fn in [
+        for name, grep in [
             ("ls-files + re", lambda: grep_re(repo, git_ls(repo))),
             ("ls-files + regex(timeout)", lambda: grep_regex_module(repo, git_ls(repo))),
             ("os.walk + re (no ignore)", lambda: grep_re(repo, walk_all(repo))),
             ("fugu grep tool (ls-files via bwrap + regex)", lambda: fugu_grep(repo)),
             *([("rg", lambda: grep_rg(repo))] if rg_binary() else []),
         ]:
-            ms, res = median_ms(fn, args.runs)
+            ms, res = median_ms(grep, args.runs)
             print(f"{name:<34}{ms:>10.1f}{res:>8}")
         del files
         print("\ncatastrophic (a+)+$ on 'a'*30+'b':")

@@ -5,7 +5,8 @@ in the same run: the same call made directly to the worker with the same client 
   and the router's own decision time (from the replies' `fugu.latency_ms`);
 - throughput: requests/s at 1, 8 and 32 concurrent clients with a 0.2 s model delay, for the pass-through and
   for agent turns (`fugu-agent`, one session per client), against direct calls at the same concurrency;
-- sessions: the server's resident memory after 20 and after 200 new agent sessions (and pass-through ones).
+- sessions: the server's resident memory after a warm-up of new agent sessions (100: past the 64 it keeps
+  live), then after 100 and 200 more (and the same for pass-through conversations).
 
 Run: `PYTHONPATH=. .venv/bin/python tools/bench_serve.py [--calls 200] [--router prior|default]`
 (a benchmark, not a test; it sends traffic to 127.0.0.1 only, and stops by itself).
@@ -190,18 +191,21 @@ def throughput(served: Served, slow_url: str) -> None:
         sessions.clear()
 
 
-def sessions_memory(served: Served) -> None:
+def sessions_memory(served: Served, warmup: int) -> None:
+    """RSS after `warmup` new sessions (past the 64 live agent sessions the server keeps, so the live set is
+    full), then after 100 and 200 more: what the server holds per session beyond the warm-up is the growth."""
     fugu = _client(served.url)
     marks: dict[str, list[tuple[int, float]]] = {"fugu-agent": [], "fugu": []}
     for model in marks:
-        for i in range(1, 201):
+        for i in range(1, warmup + 201):
             fugu.chat.completions.create(model=model, messages=_ask(f"new session {model} {i} {time.time()}"))
-            if i in (20, 100, 200):
+            if i in (20, warmup, warmup + 100, warmup + 200):
                 marks[model].append((i, served.rss()))
-    print("memory of the fugu serve process (RSS) as new sessions arrive:")
+    print(f"memory of the fugu serve process (RSS) as new sessions arrive (warm-up: {warmup} sessions):")
     for model, points in marks.items():
         cells = "  ".join(f"after {n:>3}: {mib:6.1f} MiB" for n, mib in points)
-        print(f"  {model:<11} {cells}   growth 20 -> 200: {points[-1][1] - points[0][1]:+.1f} MiB")
+        grown = points[-1][1] - points[1][1]
+        print(f"  {model:<11} {cells}   growth over the 200 after the warm-up: {grown:+.1f} MiB")
 
 
 def main() -> None:
@@ -209,6 +213,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--router", default="prior", help="prior, or default (the shipped learned router)")
     parser.add_argument("--only", choices=("latency", "throughput", "sessions"), default=None)
+    parser.add_argument("--warmup", type=int, default=100, help="new sessions before memory is measured")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from tests.loopback import LoopbackServer
@@ -231,7 +236,7 @@ def main() -> None:
             if args.only in (None, "throughput"):
                 throughput(slow_served, slow.base_url)
             if args.only in (None, "sessions"):
-                sessions_memory(served)
+                sessions_memory(served, args.warmup)
         finally:
             served.stop()
             slow_served.stop()

@@ -1,9 +1,12 @@
-"""Startup benchmark: median wall time of `fugu --version`, `fugu --help` and launch-to-first-REPL-prompt.
+"""Startup benchmark: median wall time of `fugu --version`, `fugu --help` and launch-to-first-REPL-prompt,
+then `fugu -p`'s launch to its first provider request with the prior router beside its floor (python + one
+httpx request), interleaved in the same run (bench_run.py's start-up part, prior only).
 
-Targets (DESIGN.md section 10): 150 ms, 300 ms and 600 ms. Also checks, in a subprocess, that `--version` and
-`--help` import none of torch, transformers or litellm. Prints one line per figure; exits 1 if a heavy module
-was imported (the times are reported, not enforced: they depend on the machine).
-Usage: python tools/bench_startup.py [--runs N]
+Targets (DESIGN.md section 10): 150 ms, 300 ms and 600 ms; the prior's launch at most 2x its floor. Also
+checks, in a subprocess, that `--version` and `--help` import none of torch, transformers or litellm. Prints
+one line per figure; exits 1 if a heavy module was imported (the times are reported, not enforced: they
+depend on the machine).
+Usage: PYTHONPATH=. python tools/bench_startup.py [--runs N]
 """
 
 from __future__ import annotations
@@ -110,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
             heavy = heavy_imports([flag], env)
             print(f"fugu {flag} imports {', '.join(heavy) if heavy else 'none of ' + ', '.join(HEAVY)}")
             status |= bool(heavy)
+        from bench_run import startup  # this script's folder is on sys.path
+
+        startup(tmp / "launch", args.runs, prior_only=True)
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
         print(f"({os.cpu_count()} CPUs, load average {load:.2f} while measuring)")
         return status

@@ -54,7 +54,7 @@ def main() -> None:
     args = ap.parse_args()
     inputs, timings = [], []
     for split in _folds(args.split):
-        ckpt = args.out / f"{args.data.name}-{split.replace(':', '_')}-lam{args.lam:g}"
+        ckpt = args.out / f"{args.data.name}-{(split or 'given').replace(':', '_')}-lam{args.lam:g}"
         extra: dict[str, Any] = {"rank": args.rank}
         if args.shrinks:
             extra["shrinks"] = tuple(float(x) for x in args.shrinks.split(","))

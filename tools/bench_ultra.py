@@ -41,7 +41,9 @@ def script(servers: dict[str, LoopbackServer], delay: float) -> None:
 def one_run(tmp: Path, servers: dict[str, LoopbackServer], delay: float, n: int) -> dict[str, float]:
     repo = make_repo(tmp / f"repo{n}")
     plan = tmp / "plan.json"
-    steps = [{"worker": w, "subtask": f"part {i}", "access": []} for i, w in enumerate(NAMES[:3])]
+    steps: list[dict[str, object]] = [
+        {"worker": w, "subtask": f"part {i}", "access": []} for i, w in enumerate(NAMES[:3])
+    ]
     steps.append({"worker": "delta", "subtask": "merge", "access": [0, 1, 2]})
     plan.write_text(json.dumps({"steps": steps}))
     opts = RunOptions(

@@ -6,6 +6,7 @@ valid workflow (after one repair round) it says so and runs the session's own fu
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -13,14 +14,17 @@ from pathlib import Path
 
 from fugu_cli import memory
 from fugu_cli.agent import AgentDeps, Limits, TurnIO
-from fugu_cli.conductor.planner import Planner, PlanOutcome, PlanRequest, total_usage
+from fugu_cli.conductor.local import LocalPlanner
+from fugu_cli.conductor.planner import Planner, PlanOutcome, PlanRequest, Plans, total_usage
 from fugu_cli.conductor.runner import Frame, Runner, RunnerConfig, RunnerDeps, StepOutcome
 from fugu_cli.conductor.workflow import Workflow
 from fugu_cli.events import Emit, Notice, WorkflowPlanned
 from fugu_cli.ledger import Ledger
 from fugu_cli.store import Store
-from fugu_cli.tools import ApprovalRequest
+from fugu_cli.tools import ApprovalRequest, ToolContext
 from fugu_cli.types import FallBack, Message, TurnResult, TurnStatus, Worker
+
+log = logging.getLogger("fugu")
 
 __all__ = ["Conductor", "ConductorConfig", "ConductorDeps", "Workflow"]
 
@@ -28,12 +32,15 @@ __all__ = ["Conductor", "ConductorConfig", "ConductorDeps", "Workflow"]
 @dataclass
 class ConductorConfig:
     root: Path
-    conductor: str  # the pool worker that plans
+    conductor: str  # the pool worker that plans (the prompted conductor)
     home: Path  # FUGU_HOME: worktrees and saved patches live under it
     max_depth: int = 2
     step_limits: Limits = field(default_factory=Limits)
     system_prompt: str = ""  # for workflow steps
     plan: Workflow | None = None  # --plan: run this instead of asking the conductor
+    trained: Path | None = (
+        None  # `[ultra] conductor = "local:PATH"`: this model plans; `conductor` if it cannot
+    )
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,7 @@ class Conductor:
     def __init__(self, deps: ConductorDeps, config: ConductorConfig) -> None:
         self.deps = deps
         self.config = config
+        self._trained: LocalPlanner | None = None  # kept across turns: its model loads once
 
     @property
     def sid(self) -> str:
@@ -65,15 +73,18 @@ class Conductor:
         turn: int,
         io: TurnIO,
         *,
+        agent: AgentDeps | None = None,
         before_apply: Callable[[], None] | None = None,
         record: Callable[[Message], None] = lambda m: None,
     ) -> TurnResult | FallBack:
         """Plan (or take the --plan workflow), run it, apply the final step's changes, update memory.
-        Without a usable plan: a `FallBack`, and the session runs the turn in fugu mode."""
+        Without a usable plan: a `FallBack`, and the session runs the turn in fugu mode. `agent`: this turn's
+        parts (the session's settings for the turn applied); the conductor's own template otherwise."""
+        agent = agent or self.deps.agent
         store = self.deps.store
         wf = self.next_workflow()
         notes = memory.context_block(store, self.sid, self.config.root)
-        planner = Planner(self.deps.agent, self.config.conductor, self.deps.pool, self.config.max_depth)
+        planner = self._planner()
         plan: PlanOutcome | None = None
         workflow = self.config.plan
         if workflow is None:
@@ -84,14 +95,20 @@ class Conductor:
             workflow = plan.workflow
         source = "conductor" if plan is not None else "plan-file"
         io.emit(
-            WorkflowPlanned(session_id=self.sid, workflow=wf, steps=tuple(workflow.to_json()), source=source)
+            WorkflowPlanned(
+                session_id=self.sid,
+                workflow=wf,
+                steps=tuple(workflow.to_json()),
+                source=source,
+                conductor=plan.planner if plan is not None else "",
+            )
         )
         base = self._base(wf, io.emit)
         worktrees = self.config.home / "worktrees"
         if base is not None:
             _clean_up_after_killed_runs(self.config.root, worktrees, self.sid, io.emit)
         runner = Runner(
-            RunnerDeps(agent=self.deps.agent, store=store, pool=self.deps.pool, planner=planner, io=io),
+            RunnerDeps(agent=agent, store=store, pool=self.deps.pool, planner=planner, io=io),
             RunnerConfig(
                 root=self.config.root,
                 worktrees=self.config.home / "worktrees" / self.sid,
@@ -105,7 +122,7 @@ class Conductor:
         with git.hold_worktrees(runner.config.worktrees):  # a later run knows these are live, not left over
             outcomes = runner.run(workflow, frame)
         _remove_empty_dirs(runner.config.worktrees)
-        landing = self._land(wf, outcomes, base, io.emit, before_apply)
+        landing = self._land(wf, outcomes, base, io.emit, before_apply, agent.tool_ctx)
         applied = (
             memory.facts_from_patch(landing.patch, outcomes[-1].worker) if landing.status == "success" else []
         )
@@ -122,6 +139,14 @@ class Conductor:
             workers=workers,
             error=landing.error,
         )
+
+    def _planner(self) -> Plans:
+        prompted = Planner(self.deps.agent, self.config.conductor, self.deps.pool, self.config.max_depth)
+        if self.config.trained is None:
+            return prompted
+        if self._trained is None:
+            self._trained = LocalPlanner(self.config.trained, prompted)
+        return self._trained
 
     def next_workflow(self) -> int:
         numbers = [
@@ -144,6 +169,7 @@ class Conductor:
         try:
             return git.checkpoint(self.config.root, f"{self.sid}-wf{wf}")
         except Exception as e:  # not a git repository: no worktrees, so no isolation of files
+            log.warning("no git worktrees for workflow %s", wf, exc_info=e)
             emit(
                 Notice(
                     session_id=self.sid,
@@ -160,6 +186,7 @@ class Conductor:
         base: str | None,
         emit: Emit,
         before_apply: Callable[[], None] | None,
+        ctx: ToolContext,
     ) -> _Landing:
         """Apply the final step's changes to the user's tree, or leave it untouched and save the patch."""
         final = outcomes[-1]
@@ -182,7 +209,7 @@ class Conductor:
         patch = final.cumulative
         if base is None or not patch.strip():
             return _Landing("success", None, "")
-        refused = self._refused(patch)
+        refused = self._refused(patch, ctx)
         if refused:
             return _Landing(
                 "error_during_execution",
@@ -204,8 +231,7 @@ class Conductor:
         emit(Notice(session_id=self.sid, level="info", text=message))
         return _Landing("success", None, patch)
 
-    def _refused(self, patch: str) -> str | None:
-        ctx = self.deps.agent.tool_ctx
+    def _refused(self, patch: str, ctx: ToolContext) -> str | None:
         decision = ctx.policy.check("edit", "edit")
         if decision == "allow":
             return None
@@ -220,8 +246,8 @@ class Conductor:
                 prefix="edit",
             )
             answer = ctx.approve(request)
-            if answer == "always":
-                ctx.policy.remember("edit")
+            if answer == "always" and ctx.grant is not None:
+                ctx.grant("edit")
             if answer in ("yes", "always"):
                 return None
             return "you declined the workflow's changes"
@@ -241,6 +267,7 @@ def _clean_up_after_killed_runs(root: Path, worktrees: Path, sid: str, emit: Emi
     try:
         removed = git.remove_stale_worktrees(root, worktrees)
     except Exception as e:  # cleaning up must never stop the workflow
+        log.warning("removing stale worktrees failed", exc_info=e)
         emit(Notice(session_id=sid, level="warning", text=f"could not remove stale worktrees: {e}"))
         return
     if removed:

@@ -8,6 +8,7 @@ Never prints and never touches the user's tree: applying the final step's change
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import threading
 import time
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fugu_cli.agent import Agent, AgentDeps, Limits, TurnIO
-from fugu_cli.conductor.planner import Planner, PlanRequest, fixed_picker, total_usage
+from fugu_cli.conductor.planner import PlanRequest, Plans, fixed_picker, total_usage
 from fugu_cli.conductor.workflow import CONDUCTOR, Step, Workflow
 from fugu_cli.events import (
     Emit,
@@ -29,8 +30,10 @@ from fugu_cli.events import (
 )
 from fugu_cli.ledger import Ledger
 from fugu_cli.store import Store
-from fugu_cli.tools import Answer, ApprovalRequest, PermissionPolicy, ToolContext
+from fugu_cli.tools import Answer, ApprovalRequest, ToolContext
 from fugu_cli.types import Message, TurnStatus, Usage, Worker, WorkerUsage
+
+log = logging.getLogger("fugu")
 
 MAX_DIFF_CHARS = 20_000
 
@@ -89,7 +92,7 @@ class RunnerDeps:
     agent: AgentDeps  # template: llm, tools, policy, approver, workers, session id
     store: Store
     pool: Sequence[Worker]
-    planner: Planner
+    planner: Plans
     io: TurnIO  # the turn's events and cancel flag
 
 
@@ -154,6 +157,7 @@ class Runner:
         try:
             outcome = self._recurse(job) if step.worker == CONDUCTOR else self._agent_step(job)
         except Exception as e:  # a broken step must not take the workflow down: later steps hear about it
+            log.error("workflow step %s crashed", job.index, exc_info=e)
             outcome = _failed(job, f"step {job.index} failed: {type(e).__name__}: {e}")
         self.deps.io.emit(
             WorkflowStepFinished(
@@ -233,6 +237,7 @@ class Runner:
                 steps=tuple(plan.workflow.to_json()),
                 source="recursion",
                 parent_step=i,
+                conductor=plan.planner,
             )
         )
         sub = dataclasses.replace(frame, base=start, depth=frame.depth + 1, scope=scope, parent_step=i)
@@ -266,8 +271,9 @@ class Runner:
         policy = template.policy
         if policy.mode == "ask" and root != self.config.root:
             # edits in a private worktree touch none of the user's files: the final apply is what gets asked.
-            # The allow list is shared, so an "always" answered in a step holds for the whole session.
-            policy = PermissionPolicy(mode="auto-edit", allow=policy.allow, deny=policy.deny)
+            # An "always" answered in a step holds for the rest of that step and, through the template's
+            # `grant`, for the session's later turns.
+            policy = dataclasses.replace(policy, mode="auto-edit")
         approve = template.approve
         if approve is None:
             return dataclasses.replace(template, root=root, before_edit=None, policy=policy)

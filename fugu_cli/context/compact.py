@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fugu_cli import memory
+from fugu_cli.calls import Call, Exclusions, WorkerCall
 from fugu_cli.context.budget import ContextPolicy
-from fugu_cli.errors import Interrupted, ProviderError
-from fugu_cli.ledger import CompactionRecord, Ledger, StepRecord
+from fugu_cli.errors import ProviderError
+from fugu_cli.ledger import CompactionRecord, Ledger, StepRecord, TurnLedger
 from fugu_cli.llm import LLM
 from fugu_cli.types import Message, RouteDecision, Usage, Worker
 
@@ -65,13 +65,14 @@ class Compactor:
     def __init__(
         self,
         llm: LLM,
+        calls: WorkerCall,
         policy: ContextPolicy,
         pool: Sequence[Worker],
         tools: Sequence[Mapping[str, Any]],
         ledger: Ledger,
         root: Path | None = None,
     ) -> None:
-        self.llm, self.policy, self.pool, self.tools = llm, policy, tuple(pool), tools
+        self.llm, self.calls, self.policy, self.pool, self.tools = llm, calls, policy, tuple(pool), tools
         self.ledger, self.root = ledger, root
 
     def compact(
@@ -118,21 +119,35 @@ class Compactor:
             "Facts the environment reported (verify what matters):",
             self.root,
         )
-        started = time.time()
         picked = self.pick_summarizer(req.exclude)
         usage, text, decision = Usage(), "", None
         if picked is not None:
             worker, why = picked
-            decision = RouteDecision(worker.name, {}, "prior", 0.0, role="summarize", reason=why)
+            chosen = RouteDecision(worker.name, {}, "prior", 0.0, role="summarize", reason=why)
             request = self._request(parts, req, worker)
+            ledger, step = self._ledger(req.turn)
+
+            def route(ex: Exclusions) -> RouteDecision:
+                if worker.name in ex.names:
+                    raise LookupError(worker.name)
+                return chosen
+
             try:
-                done = self.llm.complete(worker, request, (), cancel=cancel)
-                text, usage = (done.message.content or "").strip(), done.usage
-            except Interrupted:
-                raise
+                answer = self.calls.run(
+                    Call(
+                        pool=self.pool,
+                        route=route,
+                        send=lambda t: self.llm.complete(t.worker, request, (), cancel=cancel),
+                        ledger=ledger,
+                        step=step,
+                        cancel=cancel,
+                    )
+                )
+                done = answer.value
+                text, usage, decision = (done.message.content or "").strip(), done.usage, answer.decision
+                ledger.step(StepRecord(step, decision, "ok", usage, text[:4000], answer.started))
             except ProviderError as e:
                 text = f"(The summary could not be written: {e}.)"
-            self._record(req.turn, decision, usage, text, started)
         if not text:
             text = "(No worker could write a summary.)"
         note = (
@@ -184,13 +199,11 @@ class Compactor:
         )
         return [Message("system", prompts.load("compact")), Message("user", text)]
 
-    def _record(self, turn: int, decision: RouteDecision, usage: Usage, text: str, started: float) -> None:
+    def _ledger(self, turn: int) -> tuple[TurnLedger, int]:
+        """Where a summary's call is recorded: the transcript's `compact` scope, as its next step."""
         scope = "compact" if self.ledger.scope == "main" else f"{self.ledger.scope}.compact"
         ledger = self.ledger.sibling(scope)
-        step = len(ledger.steps()) + 1
-        bound = ledger.turn(turn)
-        bound.route(step, decision)
-        bound.step(StepRecord(step, decision, "ok", usage, text[:4000], started))
+        return ledger.turn(turn), len(ledger.steps()) + 1
 
 
 def split(messages: Sequence[Message], keep_tokens: int, count: Callable[[Message], int]) -> _Parts:

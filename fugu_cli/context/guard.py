@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fugu_cli.calls import WorkerCall
 from fugu_cli.context.budget import ContextPolicy, Fit, RunningCounts, fit
 from fugu_cli.context.compact import Compaction, Compactor, CompactRequest
 from fugu_cli.events import Compacted
@@ -76,13 +77,14 @@ class ContextGuard:
         self,
         policy: ContextPolicy,
         llm: LLM,
+        calls: WorkerCall,
         workers: Sequence[Worker],
         tools: Sequence[Mapping[str, Any]],
         ledger: TurnLedger,
         root: Path | None = None,
     ) -> None:
         self.policy, self.workers, self.tools, self.ledger = policy, list(workers), tools, ledger
-        self.compactor = Compactor(llm, policy, self.workers, tools, ledger.ledger, root)
+        self.compactor = Compactor(llm, calls, policy, self.workers, tools, ledger.ledger, root)
         self.running = RunningCounts()
 
     def fit(self, request: Sequence[Message], failed: Collection[str]) -> StepFit:

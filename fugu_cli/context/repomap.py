@@ -1,13 +1,15 @@
 """The repo map: definitions and references from tree-sitter, files ranked by who references whom and by
 what the task and transcript mention, rendered into a token budget (each definition as its first line).
 
-The only module that imports tree-sitter (lazily, from `tree-sitter-language-pack`). Tags are cached per file
+The only module that imports tree-sitter (lazily: the core and one grammar package per language, e.g.
+`tree-sitter-python`; each ships its compiled grammar, so nothing is downloaded). Tags are cached per file
 by mtime and size under FUGU_HOME, and the token counts of the map's lines beside them. Never prints; a file
 that cannot be parsed is left out.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -228,9 +230,7 @@ def parse_file(path: Path, language: str) -> tuple[list[Definition], dict[str, i
     """Definitions and reference counts of one file; None when it cannot be read or parsed."""
     try:
         source = path.read_bytes()
-        from tree_sitter_language_pack import get_parser
-
-        tree = get_parser(language).parse(source)  # type: ignore[arg-type]
+        tree = _parser(language).parse(source)
     except Exception:
         return None
     kinds = DEFINITIONS[language]
@@ -254,6 +254,37 @@ def parse_file(path: Path, language: str) -> tuple[list[Definition], dict[str, i
         ):
             refs[node.text.decode("utf-8", "replace")] += 1
     return defs, dict(refs)
+
+
+# the grammar package and the function in it that gives each language (typescript's package holds tsx too)
+GRAMMARS: dict[str, tuple[str, str]] = {
+    "python": ("tree_sitter_python", "language"),
+    "javascript": ("tree_sitter_javascript", "language"),
+    "typescript": ("tree_sitter_typescript", "language_typescript"),
+    "tsx": ("tree_sitter_typescript", "language_tsx"),
+    "go": ("tree_sitter_go", "language"),
+    "rust": ("tree_sitter_rust", "language"),
+    "java": ("tree_sitter_java", "language"),
+    "c": ("tree_sitter_c", "language"),
+    "cpp": ("tree_sitter_cpp", "language"),
+}
+
+
+@functools.cache
+def _language(language: str) -> Any:
+    import importlib
+
+    from tree_sitter import Language
+
+    module, function = GRAMMARS[language]
+    return Language(getattr(importlib.import_module(module), function)())
+
+
+def _parser(language: str) -> Any:
+    """A parser for `language` (one per call: a tree-sitter parser is not shared between threads)."""
+    from tree_sitter import Parser
+
+    return Parser(_language(language))
 
 
 def _nodes(root: Any) -> Iterator[Any]:

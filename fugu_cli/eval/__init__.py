@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from fugu_cli.errors import FuguError
 from fugu_cli.eval.progress import EvalProgress
 from fugu_cli.eval.report import RunRecord, SuiteReport, format_text
 from fugu_cli.eval.runner import MODES, Arm, plan_arms, run_suite
 from fugu_cli.eval.suite import Suite, Task, load_suite, resolve_suite, select_tasks, shipped_suites
+from fugu_cli.options import RunOptions
 
 __all__ = [
     "MODES",
@@ -35,11 +35,13 @@ __all__ = [
 ]
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvalOptions:
-    """`fugu eval` flags. Empty `workers` and `modes`: every usable worker plus fugu mode."""
+    """`fugu eval` flags. Empty `workers` and `modes`: every usable worker plus fugu mode. `run`: what every
+    run's session is made from (where eval runs, the pool, the router, limits)."""
 
     suite: str
+    run: RunOptions = field(default_factory=RunOptions)
     workers: list[str] = field(default_factory=list)
     modes: list[str] = field(default_factory=list)
     repeats: int = 1
@@ -47,33 +49,19 @@ class EvalOptions:
     tasks: list[str] = field(default_factory=list)  # task id globs; empty: every task
     executor: str | None = None  # local | ray (None: [executor] in the config, else local)
     ray_address: str | None = None
-    pool: str | None = None
-    router: str | None = None
-    max_turns: int | None = None
-    max_budget_usd: float | None = None
     json_out: bool = False
     keep: bool = False
-    cwd: Path = field(default_factory=Path.cwd)
 
 
 def main(options: EvalOptions) -> int:
     """Run the suite; print the report. 0 when it ran (whatever the rewards), 2 for a usage error, 1 when
     every run crashed before its check, 130 when interrupted (the finished runs are stored)."""
-    from fugu_cli.options import RunOptions
-
     progress = EvalProgress.for_stderr()
     try:
         suite = select_tasks(load_suite(options.suite), options.tasks)
-        opts = RunOptions(
-            cwd=options.cwd,
-            pool=options.pool,
-            router=options.router,
-            max_turns=options.max_turns,
-            max_budget_usd=options.max_budget_usd,
-        )
         report = run_suite(
             suite,
-            opts,
+            options.run,
             workers=options.workers or (None if not options.modes else []),
             modes=options.modes,
             repeats=options.repeats,

@@ -8,6 +8,7 @@ Never prints; raises only UsageError (a harness or session failure becomes the r
 from __future__ import annotations
 
 import dataclasses
+import logging
 import shutil
 import threading
 import time
@@ -21,6 +22,8 @@ from fugu_cli.eval.report import RunRecord
 from fugu_cli.eval.suite import CheckResult, Suite, Task, make_task_repo, prepare_check, run_check
 from fugu_cli.llm import LLM
 from fugu_cli.store import OutcomeRow, Store
+
+log = logging.getLogger("fugu")
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,7 @@ def run_job(ctx: JobContext, job: Job, cancel: threading.Event | None = None) ->
     except UsageError:
         raise
     except Exception as e:  # a harness or session bug: reported, never stored as the worker's outcome
+        log.error("eval job %s failed", job.key, exc_info=e)
         kind = "" if isinstance(e, FuguError) else "crashed: "
         error = f"{kind}{type(e).__name__}: {e}"
         return _record(job, "error", session_id, 0.0, cost, None, error, started, stored=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import logging
 import os
 import shutil
 import tarfile
@@ -33,6 +34,8 @@ from fugu_cli.eval.report import RunRecord
 from fugu_cli.eval.suite import Suite
 from fugu_cli.redact import register_secret_env
 from fugu_cli.store import SessionExport, Store
+
+log = logging.getLogger("fugu")
 
 _POLL_S = 0.2
 
@@ -178,6 +181,7 @@ class _Driver:
         except (TaskLost, TaskCancelled) as e:
             return lost_record(job, f"lost on the cluster: {e}", started)
         except Exception as e:  # the node could not run fugu at all (a missing package, another version)
+            log.error("eval job %s crashed on the cluster", job.key, exc_info=e)
             return lost_record(job, f"crashed on the cluster: {type(e).__name__}: {e}", started)
         if result.export is not None:
             self.ctx.store.import_session(result.export)

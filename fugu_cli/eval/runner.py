@@ -18,6 +18,7 @@ from pathlib import Path
 
 from fugu_cli import cluster
 from fugu_cli.app import Resolved, open_store, resolve
+from fugu_cli.calls import HealthSettings, WorkerHealth
 from fugu_cli.errors import UsageError
 from fugu_cli.eval.jobs import Arm, Job, JobContext, JobEvents
 from fugu_cli.eval.report import RunRecord, SuiteReport, build_report
@@ -83,6 +84,9 @@ def run_suite(
     if repeats < 1 or (parallel is not None and parallel < 1):
         raise UsageError("--repeats and --parallel must be at least 1")
     resolved = resolve(dataclasses.replace(opts, max_turns=opts.max_turns or suite.max_turns))
+    # every run measures its arm afresh: one run's failures must not make the next skip a worker (its
+    # outcome is stored under the arm's name)
+    resolved = dataclasses.replace(resolved, health=WorkerHealth(HealthSettings(cooldown_s=0)))
     arms = plan_arms(resolved.pool, workers, modes)
     spec = _cluster_spec(resolved, executor, ray_address)
     if spec is not None and keep:

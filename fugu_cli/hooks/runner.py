@@ -6,6 +6,7 @@ any other exit: a non-blocking error). Decides nothing itself; `fugu_cli.hooks` 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import threading
@@ -17,6 +18,8 @@ from typing import Any
 
 from fugu_cli.extension_config import HookSpec
 from fugu_cli.tools.sandbox import SandboxPolicy, run
+
+log = logging.getLogger("fugu")
 
 # Claude Code's names for fugu's tools, so a matcher written for Claude (`Bash`, `Edit|Write`) works here
 CLAUDE_NAMES = {
@@ -148,6 +151,7 @@ def run_hook(
             merge_stderr=False,
         )
     except OSError as e:
+        log.warning("hook %r could not start", spec.command, exc_info=e)
         elapsed = (time.perf_counter() - start) * 1000.0
         return HookRun(spec, None, "", "", False, elapsed, error=e.strerror or str(e))
     elapsed = (time.perf_counter() - start) * 1000.0

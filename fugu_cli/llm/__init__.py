@@ -25,6 +25,7 @@ class LLM(Protocol):
         and raise `Interrupted`."""
         ...
 
-    def warm(self) -> None:
-        """Do slow one-time set-up now (the REPL calls it in a background thread while the user types)."""
+    def warm(self, workers: Sequence[Worker] = ()) -> None:
+        """Do slow one-time set-up now for calls to `workers` (all kinds when none are given); the REPL calls
+        it in a background thread while the user types."""
         ...

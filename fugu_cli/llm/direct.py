@@ -3,7 +3,7 @@ pooled HTTP connection per worker, its reply read as it is. No translation is ne
 (litellm adds about 10 ms a call and seconds to import); every other provider goes through litellm. Used by
 the agent's client (client.py) and by serve's pass-through (forward.py).
 
-Failures are raised as the exceptions `client.classify` knows (status codes, timeouts, connection errors).
+Failures are raised as the exceptions `faults.classify` knows (status codes, timeouts, connection errors).
 httpx is imported on first use. Never prints.
 """
 
@@ -38,7 +38,7 @@ class HTTPStatusFault(Exception):
         error = self.body.get("error") if isinstance(self.body, dict) else None
         message = error.get("message") if isinstance(error, dict) else (error or text[:300])
         code = error.get("code") if isinstance(error, dict) else None
-        # the status is said by whoever reports the fault (`client.classify`), not twice
+        # the status is said by whoever reports the fault (`faults.classify`), not twice
         super().__init__(f"{message}" + (f" ({code})" if code else ""))
 
 

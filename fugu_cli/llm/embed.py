@@ -1,16 +1,18 @@
 """Embeddings from a worker that declares an embedding model (`embedding_model` in the pool): an OpenAI-
 compatible endpoint (`openai/...`) is posted to directly, any other provider goes through litellm. The
-reply is OpenAI's `list` of `embedding` objects with usage. Same retries as chat calls. Never prints.
+reply is OpenAI's `list` of `embedding` objects with usage. One attempt a call, its failure a ProviderError
+classified as a chat attempt's is (the caller retries through the worker-call service). Never prints.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from typing import Any
 
-from fugu_cli.llm.client import ClientConfig, endpoint, load_litellm, with_retries
+from fugu_cli.errors import ProviderError
+from fugu_cli.llm.client import ClientConfig, endpoint, load_litellm
 from fugu_cli.llm.direct import OPENAI_BASE, DirectClient
+from fugu_cli.llm.faults import attempt_error
 from fugu_cli.types import Worker
 
 # What a client may send besides the input: passed as they are.
@@ -22,27 +24,28 @@ def embed(
     params: Mapping[str, Any],
     config: ClientConfig,
     direct: DirectClient,
-    cancel: threading.Event | None = None,
 ) -> dict[str, Any]:
-    """`params`: `input` and the PARAMS the client gave. Raises ProviderError when the worker fails."""
+    """`params`: `input` and the PARAMS the client gave. Raises ProviderError when the attempt fails."""
     model = worker.embedding_model
     if model is None:
         raise ValueError(f"worker {worker.name} declares no embedding model")
     where = endpoint(worker)
     body = {k: params[k] for k in ("input", *PARAMS) if params.get(k) is not None}
 
-    def attempt() -> dict[str, Any]:
+    try:
         if model.startswith("openai/"):
             base = str(where.get("api_base") or OPENAI_BASE).rstrip("/")
-            reply = direct.post(
+            reply: Mapping[str, Any] = direct.post(
                 f"{base}/embeddings", body | {"model": model.removeprefix("openai/")}, where.get("api_key")
             )
         else:
             raw = load_litellm().embedding(model=model, timeout=config.timeout_s, **where, **body)
             reply = raw.model_dump() if hasattr(raw, "model_dump") else dict(raw)
-        return _openai_shape(reply, model)
-
-    return with_retries(worker, config, attempt, cancel)
+    except ProviderError:
+        raise
+    except Exception as exc:
+        raise attempt_error(worker, exc, config.timeout_s) from exc
+    return _openai_shape(reply, model)
 
 
 def _openai_shape(reply: Mapping[str, Any], model: str) -> dict[str, Any]:

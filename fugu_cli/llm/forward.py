@@ -1,41 +1,38 @@
 """Pass-through calls: a client's own chat-completions request (its messages, tools and parameters) sent to
 one worker, the reply handed back in OpenAI's shape, whole or as chunks, with usage and cost.
 
-OpenAI-compatible workers are posted to directly (direct.py); every other provider goes through litellm.
-Same retries as the agent's client (`with_retries`); a stream is retried only until its first chunk arrives.
-Parameters are never dropped silently: a provider that cannot take one makes a `RequestRejected`.
-litellm is reached through `load_litellm` only (prices included). Never prints.
+One attempt per call, watched like the agent's (attempt.py): cancel, and the first-byte limit on a worker
+that takes the request and stays silent. Retrying and failing over are the worker-call service's
+(fugu_cli/calls). OpenAI-compatible workers are posted to directly (direct.py), and streamed even when the
+client asked for a whole reply (assembled here), so a silent one is cut as in the agent; every other provider
+goes through litellm. Parameters are never dropped silently: a provider that cannot take one makes a
+`RequestRejected`. litellm is reached through `load_litellm` only (prices included). Never prints.
 """
 
 from __future__ import annotations
 
-import re
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from fugu_cli.errors import Interrupted, ProviderError
-from fugu_cli.llm.client import ClientConfig, endpoint, load_litellm, with_retries
+from fugu_cli.errors import Interrupted, ProviderError, RequestRejected
+from fugu_cli.llm.attempt import Signals, watched
+from fugu_cli.llm.client import ClientConfig, endpoint, load_litellm
 from fugu_cli.llm.direct import DirectClient, is_openai_compatible
-from fugu_cli.llm.parse import usage_from
+from fugu_cli.llm.faults import attempt_error
+from fugu_cli.llm.parse import MalformedReply, usage_from
 from fugu_cli.llm.pricing import PriceBook
 from fugu_cli.types import Usage, Worker
+
+__all__ = ["ForwardStream", "Forwarded", "Forwarder", "RequestRejected", "chunk_json", "completion_json"]
 
 # What the client may not set: where the call goes and how litellm behaves are fugu's business.
 RESERVED = frozenset({"model", "stream", "stream_options", "api_base", "base_url", "api_key", "timeout"})
 RESERVED |= {"num_retries", "max_retries", "drop_params", "extra_headers", "custom_llm_provider"}
+# Asked of a whole reply, these cannot be rebuilt from a stream's chunks: such a request is asked whole
+_WHOLE_ONLY = ("logprobs", "top_logprobs")
 T = TypeVar("T")
-_PARAMS = re.compile(r"parameters?:?\s*\[([^\]]*)\]")
-
-
-class RequestRejected(ProviderError):
-    """The worker refused the request itself (HTTP 400-class: a parameter it cannot take, a bad schema,
-    a prompt too long): retrying is pointless. `param` names the parameter when the refusal says which."""
-
-    def __init__(self, message: str, *, worker: str, param: str | None = None) -> None:
-        super().__init__(message, worker=worker, retryable=False)
-        self.param = param
 
 
 @dataclass(frozen=True)
@@ -99,7 +96,8 @@ class ForwardStream:
 
 
 class Forwarder:
-    """Sends a client's request to a worker. One per server: it only holds configuration and prices."""
+    """Sends a client's request to a worker, one attempt a call. One per server: it only holds configuration
+    and prices."""
 
     def __init__(self, config: ClientConfig | None = None) -> None:
         self.config = config or ClientConfig()
@@ -115,31 +113,39 @@ class Forwarder:
     ) -> Forwarded:
         """`params`: the request's messages, tools and parameters (no model, no stream)."""
         request = self._request(worker, params)
+        streamed = self.config.stream and is_openai_compatible(worker)
+        streamed = streamed and (params.get("n") or 1) == 1 and not any(params.get(k) for k in _WHOLE_ONLY)
 
-        def attempt() -> dict[str, Any]:
+        def body(signals: Signals) -> dict[str, Any]:
+            signals.sent(streamed)
+            if streamed:
+                return _gathered(self.direct.stream(worker, request | _STREAM), signals)
             if is_openai_compatible(worker):
                 return completion_json(self.direct.complete(worker, request))
             return completion_json(load_litellm().completion(**self._litellm(request)))
 
-        body = self._call(worker, attempt, cancel)
-        usage, warning = self.prices.cost(worker, usage_from(body.get("usage")))
-        return Forwarded(body, usage, warning)
+        reply = self._attempt(worker, body, cancel)
+        usage, warning = self.prices.cost(worker, usage_from(reply.get("usage")))
+        return Forwarded(reply, usage, warning)
 
     def stream(
         self, worker: Worker, params: Mapping[str, Any], cancel: threading.Event | None = None
     ) -> ForwardStream:
-        """Opens the stream and waits for its first chunk (retrying like `complete` until then)."""
-        request = self._request(worker, params) | {"stream": True, "stream_options": {"include_usage": True}}
+        """Opens the stream and waits for its first chunk (within the first-byte limit)."""
+        request = self._request(worker, params) | _STREAM
 
-        def attempt() -> tuple[dict[str, Any] | None, Iterator[Any]]:
+        def body(signals: Signals) -> tuple[dict[str, Any] | None, Iterator[Any]]:
+            signals.sent(True)
             if is_openai_compatible(worker):
                 chunks: Iterator[Any] = self.direct.stream(worker, request)
+                signals.first()  # the status line came
             else:
                 chunks = iter(load_litellm().completion(**self._litellm(request)))
             first = next(chunks, None)
+            signals.first()
             return (chunk_json(first) if first is not None else None), chunks
 
-        first, rest = self._call(worker, attempt, cancel)
+        first, rest = self._attempt(worker, body, cancel)
         return ForwardStream(worker, first, rest, self.prices, cancel)
 
     def _request(self, worker: Worker, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -147,7 +153,7 @@ class Forwarder:
         return request | {"model": worker.model} | endpoint(worker)
 
     def _litellm(self, request: dict[str, Any]) -> dict[str, Any]:
-        """litellm's own switches: our timeout, our retries, and no parameter dropped in silence."""
+        """litellm's own switches: our timeout, no retries of its own, and no parameter dropped in silence."""
         return request | {
             "timeout": self.config.timeout_s,
             "num_retries": 0,
@@ -155,37 +161,80 @@ class Forwarder:
             "drop_params": False,
         }
 
-    def _call(self, worker: Worker, attempt: Callable[[], T], cancel: threading.Event | None) -> T:
+    def _attempt(self, worker: Worker, body: Callable[[Signals], T], cancel: threading.Event | None) -> T:
         try:
-            return with_retries(worker, self.config, attempt, cancel)
-        except ProviderError as e:
-            if not e.retryable and _is_rejection(e.__cause__):
-                raise RequestRejected(str(e), worker=worker.name, param=_param(e.__cause__)) from e.__cause__
+            return watched(worker, body, first_byte_timeout_s=self.config.first_byte_timeout_s, cancel=cancel)
+        except (Interrupted, ProviderError):
             raise
+        except Exception as exc:
+            raise attempt_error(worker, exc, self.config.timeout_s) from exc
 
 
-def _is_rejection(exc: BaseException | None) -> bool:
-    if exc is None:
-        return False
-    name = type(exc).__name__
-    status = getattr(exc, "status_code", None)
-    if name in ("UnsupportedParamsError", "ContextWindowExceededError") or name.startswith("BadRequest"):
-        return True
-    return status in (400, 413, 422)
+_STREAM = {"stream": True, "stream_options": {"include_usage": True}}
 
 
-def _param(exc: BaseException | None) -> str | None:
-    """The parameter a refusal names: the provider's `param` field, or litellm's "parameters: ['x']"."""
-    body = getattr(exc, "body", None)
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and isinstance(inner.get("param"), str):
-            return str(inner["param"])
-    found = _PARAMS.search(str(exc))
-    if found:
-        names = [n.strip(" '\"") for n in found.group(1).split(",") if n.strip(" '\"")]
-        return names[0] if names else None
-    return None
+def _gathered(chunks: Iterator[dict[str, Any]], signals: Signals) -> dict[str, Any]:
+    """A direct stream read to its end (the status line counts as the first byte) as one chat.completion."""
+    signals.first()
+    seen: list[dict[str, Any]] = []
+    try:
+        for raw in chunks:
+            if signals.abort.is_set():
+                break
+            seen.append(chunk_json(raw))
+    finally:
+        close = getattr(chunks, "close", None)
+        if callable(close):
+            close()
+    if not seen:
+        raise MalformedReply("the stream ended before its first chunk")
+    return whole_from_chunks(seen)
+
+
+def whole_from_chunks(chunks: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The chat.completion a stream's chunks add up to: each choice's text, refusal and tool calls joined,
+    its last finish reason, the usage chunk's usage."""
+    head: dict[str, Any] = {}
+    choices: dict[int, dict[str, Any]] = {}
+    usage: Any = None
+    fingerprint = None
+    for chunk in chunks:
+        head = head or {"id": chunk.get("id"), "created": chunk.get("created"), "model": chunk.get("model")}
+        fingerprint = chunk.get("system_fingerprint") or fingerprint
+        usage = chunk.get("usage") or usage
+        for c in chunk.get("choices") or ():
+            index = int(c.get("index") or 0)
+            slot = choices.setdefault(index, _empty_choice(index))
+            _add_delta(slot["message"], c.get("delta") or {})
+            slot["finish_reason"] = c.get("finish_reason") or slot["finish_reason"]
+    body: dict[str, Any] = {"id": head.get("id"), "object": "chat.completion", "created": head.get("created")}
+    body |= {"model": head.get("model"), "choices": [choices[i] for i in sorted(choices)]}
+    if fingerprint:
+        body["system_fingerprint"] = fingerprint
+    if usage:
+        body["usage"] = usage
+    return body
+
+
+def _empty_choice(index: int) -> dict[str, Any]:
+    message = {"role": "assistant", "content": None}
+    return {"index": index, "message": message, "logprobs": None, "finish_reason": None}
+
+
+def _add_delta(message: dict[str, Any], delta: Mapping[str, Any]) -> None:
+    for key in ("content", "refusal"):
+        if delta.get(key):
+            message[key] = (message.get(key) or "") + delta[key]
+    for tc in delta.get("tool_calls") or ():
+        calls = message.setdefault("tool_calls", [])
+        at = int(tc.get("index", len(calls)) or 0)
+        while len(calls) <= at:
+            calls.append({"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+        call, fn = calls[at], tc.get("function") or {}
+        call["id"] = tc.get("id") or call["id"]
+        call["type"] = tc.get("type") or call["type"]
+        call["function"]["name"] += fn.get("name") or ""
+        call["function"]["arguments"] += fn.get("arguments") or ""
 
 
 def _plain(obj: Any) -> Any:

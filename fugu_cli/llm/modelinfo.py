@@ -3,7 +3,7 @@ tokenizer litellm counts its tokens with, remembered on disk per version of that
 litellm (seconds) only the first time it meets a model. A tiktoken tokenizer is then loaded without litellm,
 from the encodings litellm ships (`tiktoken_counter`): the only module that imports tiktoken.
 
-The answers are litellm's own (`get_model_info`, `_select_tokenizer`), asked once per model and table; the
+The answers are litellm's own (`get_model_info`, `select_tokenizer`), asked once per model and table; the
 table is identified by its file's size and modification time, found without importing litellm. Never prints;
 a cache that cannot be read or written only costs the litellm import.
 """
@@ -46,11 +46,10 @@ def table_version() -> str | None:
 
 
 def litellm_tokenizer(litellm: Any, model: str) -> tuple[str, Counter]:
-    """The tokenizer litellm counts `model`'s tokens with: its family name and a counter."""
+    """The tokenizer litellm counts `model`'s tokens with: its family name and a counter (litellm's public
+    `select_tokenizer`; where a litellm lacks it, its generic counter)."""
     try:
-        from litellm.utils import _select_tokenizer
-
-        chosen = _select_tokenizer(model=model)
+        chosen = litellm.utils.select_tokenizer(model=model)
         tokenizer = chosen["tokenizer"]
         if chosen["type"] == "openai_tokenizer":
             name = f"tiktoken:{tokenizer.name}"

@@ -1,7 +1,9 @@
 """`ScriptedLLM`: replays queued replies per worker (or from a shared queue); no network, no litellm.
 
 Powers tests above the litellm adapter and `fugu demo`. A reply is a dict: {"content", "tool_calls": [{"name",
-"arguments": dict | raw str}], "usage", "cost_usd", "error", "delay_s"}. Records every call it receives.
+"arguments": dict | raw str}], "usage", "cost_usd", "error", "retryable", "delay_s"}. Records every call it
+receives. An "error" reply is the worker giving up on the call (after its retries); with "retryable": true
+it is one failed attempt, which the worker-call service retries (taking the worker's next reply).
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from fugu_cli.types import Completion, Message, ToolCall, Usage, Worker
 
 EXHAUSTED = "(script exhausted)"
 SHARED = "*"
-NON_RETRYABLE = {"400", "401", "403", "404"}
 ScriptReply = Mapping[str, Any] | str
 
 
@@ -76,7 +77,7 @@ class ScriptedLLM:
     def workers_called(self) -> list[str]:
         return [c.worker for c in self.calls]
 
-    def warm(self) -> None:
+    def warm(self, workers: Sequence[Worker] = ()) -> None:
         """Nothing to set up: replies are in memory."""
 
     def complete(
@@ -99,7 +100,7 @@ class ScriptedLLM:
         if reply.get("error") is not None:
             error = str(reply["error"])
             text = f"worker {worker.name} ({worker.model}): {error} (scripted)"
-            raise ProviderError(text, worker=worker.name, retryable=error not in NON_RETRYABLE)
+            raise ProviderError(text, worker=worker.name, retryable=bool(reply.get("retryable", False)))
         message = self._message(worker, reply)
         if on_text is not None and message.content:
             for piece in _pieces(message.content):

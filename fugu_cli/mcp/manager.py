@@ -2,7 +2,8 @@
 
 A server starts when it is first needed: a call to one of its tools, a prompt, a resource, or the first list
 of tools when no earlier session left a copy of its catalog in FUGU_HOME. A server that fails to start or
-dies is reported once (`take_notices`) and the session goes on without it; it is not restarted.
+dies is reported once (`take_notices`, redacted) and the session goes on without it; it is not restarted. Its
+stderr goes through the redactor into a capped log file (stderr.py); its tracebacks, to fugu's log.
 Blocking methods here are called from the session's threads; the SDK's coroutines run on the loop thread.
 """
 
@@ -10,20 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
 import time
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from fugu_cli.errors import FuguError
 from fugu_cli.extension_config import ServerSpec
 from fugu_cli.mcp.catalog import Catalog, cache_path, load_cached, save_cached
+from fugu_cli.mcp.stderr import StderrLog
 from fugu_cli.redact import redact
 from fugu_cli.tools.sandbox import SandboxPolicy
 
-_MARK = "--- started by fugu at"
+log = logging.getLogger("fugu")
 State = Literal["idle", "starting", "ready", "failed", "stopped"]
 T = TypeVar("T")
 
@@ -53,7 +56,7 @@ class _Server:
     ready: threading.Event = field(default_factory=threading.Event)
     stop: asyncio.Event | None = None
     task: concurrent.futures.Future[None] | None = None
-    stderr: IO[bytes] | None = None
+    stderr: StderrLog | None = None
 
 
 class McpManager:
@@ -118,7 +121,18 @@ class McpManager:
 
         srv = self._ready(server)
         timeout = srv.spec.tool_timeout_s
-        return self._await(srv, client.call_tool(srv.client, tool, arguments, timeout), timeout + 5, cancel)
+        try:
+            return self._await(
+                srv, client.call_tool(srv.client, tool, arguments, timeout), timeout + 5, cancel
+            )
+        except McpUnavailable as e:
+            if not isinstance(e.__cause__, client.CallTimedOut) and "did not answer within" not in str(e):
+                raise
+            raise McpUnavailable(
+                f"the tool {tool} of the MCP server {server} did not answer within {timeout:g} s and was "
+                "abandoned; the server is still there. Its limit is `timeout` (milliseconds) in .mcp.json "
+                f"or tool_timeout_s in [mcp_servers.{server}]"
+            ) from None
 
     def get_prompt(self, server: str, name: str, arguments: dict[str, str]) -> str:
         from fugu_cli.mcp import client
@@ -154,7 +168,7 @@ class McpManager:
                 try:
                     srv.task.result(timeout=10)
                 except Exception:
-                    pass
+                    log.debug("MCP server %s did not stop cleanly", srv.spec.name, exc_info=True)
             if srv.state in ("ready", "starting"):
                 srv.state = "stopped"
             if srv.stderr is not None:
@@ -208,17 +222,19 @@ class McpManager:
         from fugu_cli.mcp import client
 
         srv.stop = asyncio.Event()
-        srv.stderr = self._log(srv.spec.name)
+        srv.stderr = errlog = StderrLog(self._log_path(srv.spec.name))
 
         def exited(code: int | None) -> None:
             if srv.state in ("ready", "starting") and not self._closed:
                 how = f"exit code {code}" if code is not None else "its output closed"
-                self._failed(srv, f"it stopped ({how}){self._said(srv)}")
+                # its stderr ends with it: its last words are read
+                self._failed(srv, f"it stopped ({how}){self._said(srv, wait_s=0.5)}")
             if srv.stop is not None:
                 srv.stop.set()
 
+        stderr = errlog.writer() if srv.spec.transport == "stdio" else None
         try:
-            async with client.open_client(srv.spec, self.root, self.sandbox, srv.stderr, exited) as session:
+            async with client.open_client(srv.spec, self.root, self.sandbox, stderr, exited) as session:
                 catalog = await client.list_catalog(session)
                 srv.client, srv.catalog, srv.live = session, catalog, True
                 save_cached(self._cache(srv), catalog)
@@ -228,10 +244,12 @@ class McpManager:
                 await srv.stop.wait()
         except BaseException as e:
             if srv.state in ("starting", "ready") and not self._closed:
-                self._failed(srv, _describe(e) + self._said(srv))
+                log.warning("MCP server %s failed", srv.spec.name, exc_info=e)
+                self._failed(srv, _describe(e) + self._said(srv, wait_s=0.5))
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
         finally:
+            errlog.close()
             srv.client = None
             srv.ready.set()
 
@@ -240,6 +258,7 @@ class McpManager:
             if srv.state == "failed":
                 return
             was = srv.state
+            why = redact(why)  # an exception's text or a server's last words may hold a secret
             srv.state, srv.error = "failed", why
             what = "could not start" if was == "starting" else "stopped working"
             self._notices.append(
@@ -273,6 +292,7 @@ class McpManager:
             except McpUnavailable:
                 raise
             except Exception as e:
+                log.info("MCP server %s: a request failed", srv.spec.name, exc_info=e)
                 if srv.state != "ready":
                     raise McpUnavailable(
                         f"the MCP server {srv.spec.name} is not available: {srv.error}"
@@ -282,45 +302,14 @@ class McpManager:
     def _cache(self, srv: _Server) -> Path:
         return cache_path(self.home, srv.spec.name, srv.spec.fingerprint())
 
-    def _said(self, srv: _Server) -> str:
-        """The server's last lines on stderr since it was started, redacted, for a failure's message."""
-        if srv.stderr is not None:
-            try:
-                srv.stderr.flush()
-            except (OSError, ValueError):
-                pass
-        lines = last_lines(self._log_path(srv.spec.name))
+    def _said(self, srv: _Server, wait_s: float = 0.0) -> str:
+        """The server's last lines on stderr since it was started (redacted), for a failure's message, after
+        waiting up to `wait_s` for its stderr to end."""
+        lines = srv.stderr.last_lines(wait_s) if srv.stderr is not None else []
         return "; its last words on stderr: " + " | ".join(lines) if lines else ""
 
     def _log_path(self, name: str) -> Path:
         return self.home / "logs" / f"mcp-{name}.log"
-
-    def _log(self, name: str) -> IO[bytes] | None:
-        path = self._log_path(name)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            f = path.open("ab")
-            f.write(f"{_MARK} {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
-            f.flush()
-            return f
-        except OSError:
-            return None
-
-
-def last_lines(path: Path, count: int = 5) -> list[str]:
-    """The last `count` lines a server wrote to stderr since it was last started (bwrap's "execvp ...: No
-    such file or directory", a traceback's end, node's error and version), each cut to 300 characters and
-    redacted."""
-    try:
-        with path.open("rb") as f:
-            f.seek(max(0, f.seek(0, 2) - 8000))
-            lines = f.read().decode("utf-8", errors="replace").splitlines()
-    except OSError:
-        return []
-    marks = [i for i, line in enumerate(lines) if line.startswith(_MARK)]
-    since = lines[marks[-1] + 1 :] if marks else lines[1:]
-    kept = [line.strip() for line in since if line.strip()]
-    return [redact(line[:300]) for line in kept[-count:]]
 
 
 def _describe(e: BaseException) -> str:

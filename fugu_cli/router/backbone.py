@@ -103,14 +103,12 @@ def load_backbone(
     if is_bert_dir(Path(path)):
         model, tokenizer, hidden = load_bert(Path(path))
         return _finish(Backbone(spec, "encoder", model, tokenizer, hidden), device)
-    _quiet()
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
-
+    tf = _transformers(spec)
     try:
-        config = AutoConfig.from_pretrained(path)
+        config = tf.AutoConfig.from_pretrained(path)
         kind = _kind(config)
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModel.from_pretrained(path)  # the base model: hidden states, no LM head
+        tokenizer = tf.AutoTokenizer.from_pretrained(path)
+        model = tf.AutoModel.from_pretrained(path)  # the base model: hidden states, no LM head
     except (OSError, ValueError) as exc:
         raise ConfigError(
             f"Cannot load router backbone {spec!r}: {exc}. Use 'minilm', a local model directory, "
@@ -147,27 +145,20 @@ def hidden_size_of(spec: str) -> int:
         import json
 
         return int(json.loads(config.read_text())["hidden_size"])
-    _quiet()
-    from transformers import AutoConfig
-
-    return int(AutoConfig.from_pretrained(path).hidden_size)
+    return int(_transformers(spec).AutoConfig.from_pretrained(path).hidden_size)
 
 
 def tiny_qwen3_backbone(seed: int = 0) -> Backbone:
     """A 2-layer Qwen3 with random weights and MiniLM's tokenizer: the decoder path, offline, fast."""
-    _quiet()
-    from transformers import AutoTokenizer, Qwen3Model
-
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    tf = _transformers(TINY_QWEN3)
+    tokenizer = tf.AutoTokenizer.from_pretrained(minilm_path())
     torch.manual_seed(seed)
-    model = Qwen3Model(_tiny_qwen3_config(len(tokenizer)))
+    model = tf.Qwen3Model(_tiny_qwen3_config(len(tokenizer)))
     return _finish(Backbone(TINY_QWEN3, "decoder", model, tokenizer, model.config.hidden_size), "cpu")
 
 
 def _tiny_qwen3_config(vocab_size: int) -> Any:
-    from transformers import Qwen3Config
-
-    return Qwen3Config(
+    return _transformers(TINY_QWEN3).Qwen3Config(
         vocab_size=vocab_size,
         hidden_size=64,
         intermediate_size=128,
@@ -203,6 +194,19 @@ def _finish(backbone: Backbone, device: str) -> Backbone:
     return backbone
 
 
+def _transformers(spec: str) -> Any:
+    """transformers, quietened, or a clear error: it is an optional extra (the embedded MiniLM needs none)."""
+    _quiet()
+    try:
+        import transformers
+    except ImportError as exc:
+        raise ConfigError(
+            f"router backbone {spec!r} needs transformers, which fugu installs only on request: install "
+            "fugu-cli[transformers] (e.g. uv tool install 'fugu-cli[transformers]'), or use 'minilm'"
+        ) from exc
+    return transformers
+
+
 def _quiet() -> None:
     """transformers draws progress bars and logs warnings on stderr; the router must not print. Said through
     the environment, which transformers and huggingface_hub read when they load: importing transformers only
@@ -210,7 +214,7 @@ def _quiet() -> None:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    if "transformers" in sys.modules:  # already loaded: its settings are read, so set them directly
+    if sys.modules.get("transformers") is not None:  # loaded: its settings are read, so set them directly
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()

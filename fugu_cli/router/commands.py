@@ -56,6 +56,14 @@ class Source:
         return {"path": str(self.path.resolve()), "split": split, "store": self.store, "prices": prices}
 
 
+def stage_named(name: str) -> Stage:
+    """The training stage `name` asks for (`--stage`); a usage error otherwise."""
+    stages: dict[str, Stage] = {"sft": "sft", "es": "es", "both": "both"}
+    if name in stages:
+        return stages[name]
+    raise UsageError(f"--stage {name}: choose sft, es or both")
+
+
 @dataclass(frozen=True)
 class TrainOptions:
     """What `fugu router train` passes in. `data` may be several data sets: they are stacked."""

@@ -5,19 +5,23 @@ carries only the messages that are new since the last decision.
 
 This half (`RouterProcess`) imports no torch. The child half (`serve`, `python -m fugu_cli.router.remote`) is
 an ordinary `LearnedRouter`, so decisions are the ones it makes in-process; it ends when the pipe closes, and
-ignores the terminal's signals (the run that started it handles those). Never prints.
+ignores the terminal's signals (the run that started it handles those). What the child writes on stderr (a
+traceback) goes to fugu's log, and its last words to the error when it stops. Never prints.
 """
 
 from __future__ import annotations
 
 import atexit
+import collections
 import json
+import logging
 import os
 import pickle
 import struct
 import subprocess
 import sys
 import threading
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -25,6 +29,7 @@ from typing import IO, Any
 from fugu_cli.types import Message, RouteDecision, RouteState, Worker
 
 _HEADER = struct.Struct("!I")
+log = logging.getLogger("fugu")
 
 
 class RouterFailed(RuntimeError):
@@ -45,11 +50,22 @@ class RouterProcess:
             [sys.executable, "-m", "fugu_cli.router.remote", str(checkpoint), json.dumps(cost_weight)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             start_new_session=True,  # the terminal's Ctrl-C is for this process, not the router's
             env={**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")},
         )
+        self._said: collections.deque[str] = collections.deque(maxlen=3)  # its last lines on stderr
+        threading.Thread(target=self._pump, name="router-stderr", daemon=True).start()
         atexit.register(self.close)
+
+    def _pump(self) -> None:
+        """The child's stderr, a line at a time, into the log (whose filter redacts it)."""
+        assert self._proc.stderr is not None
+        for raw in self._proc.stderr:
+            line = raw.decode("utf-8", "replace").rstrip()
+            if line:
+                self._said.append(line)
+                log.info("router process: %s", line)
 
     def pick(self, state: RouteState, pool: Sequence[Worker]) -> RouteDecision:
         messages = list(state.messages)
@@ -73,7 +89,9 @@ class RouterProcess:
                 kind, value = _receive(self._stdout())
             except (OSError, EOFError, pickle.PickleError) as e:
                 self._sent, self._pool = [], None
-                raise RouterFailed(f"the router process stopped ({e or type(e).__name__})") from e
+                raise RouterFailed(
+                    f"the router process stopped ({e or type(e).__name__}){self._last_words()}"
+                ) from e
             self._sent, self._pool = messages, workers
         if kind == "lookup":
             raise LookupError(value)
@@ -82,6 +100,14 @@ class RouterProcess:
             raise RouterFailed(str(value))
         decision: RouteDecision = value
         return decision
+
+    def _last_words(self) -> str:
+        try:
+            self._proc.wait(timeout=1)  # its stderr is read to the end once it has exited
+        except subprocess.TimeoutExpired:
+            pass
+        said = list(self._said)
+        return f"; it said: {said[-1]}" if said else ""
 
     def close(self) -> None:
         """Close the pipe; the child exits on its own (killed if it has not within two seconds)."""
@@ -133,6 +159,7 @@ def serve(checkpoint: Path, cost_weight: float | None, inbox: IO[bytes], outbox:
         router.backbone.encode(["warm up"])  # the first forward sets up kernels: not on the first step
         failure = None
     except Exception as e:
+        traceback.print_exc()  # to the parent's log
         router, failure = None, f"cannot load router checkpoint {checkpoint}: {e}"
     messages: list[Message] = []
     pool: tuple[Worker, ...] = ()
@@ -159,6 +186,7 @@ def serve(checkpoint: Path, cost_weight: float | None, inbox: IO[bytes], outbox:
         except LookupError as e:
             reply = ("lookup", str(e))
         except Exception as e:
+            traceback.print_exc()  # a bug in the router: its traceback goes to the parent's log
             reply = ("error", f"{type(e).__name__}: {e}")
         _send(outbox, reply)
 

@@ -9,6 +9,7 @@ routes and guard (HTTP), server (uvicorn). Prints nothing but `main`'s listening
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 
@@ -17,6 +18,8 @@ from fugu_cli.serve.options import ServeOptions
 from fugu_cli.serve.routes import MAX_BODY
 from fugu_cli.serve.server import FuguServer
 from fugu_cli.serve.wire import MODELS, ApiError
+
+log = logging.getLogger("fugu")
 
 __all__ = ["MAX_BODY", "MODELS", "ApiError", "FuguServer", "ServeOptions", "main"]
 
@@ -47,4 +50,4 @@ def _warm(server: FuguServer) -> None:
     try:
         server.hub.warm()
     except Exception:  # the first request reports what is wrong, in OpenAI's shape
-        pass
+        log.warning("warming the server up failed", exc_info=True)

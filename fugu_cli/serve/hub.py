@@ -12,11 +12,9 @@ from contextlib import contextmanager
 
 import anyio
 
-from fugu_cli.app import Resolved, open_store, repo_root, resolve
+from fugu_cli.app import Resolved, client_config, open_store, repo_root, resolve
 from fugu_cli.config import load_config
-from fugu_cli.llm.client import ClientConfig
 from fugu_cli.llm.forward import Forwarder
-from fugu_cli.options import RunOptions, permission_mode
 from fugu_cli.serve.options import ServeOptions
 from fugu_cli.serve.passthrough import PassThrough
 from fugu_cli.serve.resp_store import ResponseBook
@@ -28,24 +26,13 @@ from fugu_cli.serve.wire import MODELS
 class Hub:
     def __init__(self, options: ServeOptions) -> None:
         self.options = options
-        self.root = repo_root(options.cwd)
+        self.root = repo_root(options.run.cwd)
         self.api_key = options.key()
-        self.run_options = RunOptions(
-            cwd=options.cwd,
-            pool=options.pool,
-            router=options.router,
-            permission_mode=permission_mode(options.permission_mode),
-            max_turns=options.max_turns,
-            max_budget_usd=options.max_budget_usd,
-        )
-        llm = load_config(options.cwd, self.run_options.overrides()).llm  # a broken config fails at start
+        self.run_options = options.run
+        config = load_config(options.run.cwd, options.run.overrides())  # a broken config fails at start
         self.store = open_store()
         self.book = ResponseBook(self.store, options.response_ttl_s)
-        self.forwarder = Forwarder(
-            ClientConfig(
-                timeout_s=llm.timeout_s, max_retries=llm.max_retries, backoff_base_s=llm.backoff_base_s
-            )
-        )
+        self.forwarder = Forwarder(client_config(config))
         self._lock = threading.Lock()
         self._resolved: Resolved | None = None
         self._passthrough: PassThrough | None = None

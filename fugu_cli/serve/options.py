@@ -1,38 +1,44 @@
-"""`fugu serve`'s settings (`ServeOptions`): where it listens, who may call it (key, hosts, browser origins),
-what its agent may do in the repository, and the sizes that keep it up under load. Plain data; no I/O but
-reading the environment for the key."""
+"""`fugu serve`'s settings (`ServeOptions`): the run options its sessions are made from (the repository, the
+pool, the router, what its agent may do, limits), where it listens, who may call it (key, hosts, browser
+origins) and the sizes that keep it up under load. Plain data; no I/O but reading the environment for the
+key."""
 
 from __future__ import annotations
 
 import ipaddress
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from fugu_cli.errors import ConfigError
+from fugu_cli.options import RunOptions
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
-@dataclass
+def _read_only() -> RunOptions:
+    return RunOptions(permission_mode="read-only")  # no terminal to ask: the safe default refuses every write
+
+
+@dataclass(frozen=True)
 class ServeOptions:
     """`fugu serve` flags. The key: `api_key`, else the variable `api_key_env` names, else FUGU_SERVE_KEY;
     none of them: no authentication (loopback only is the default)."""
 
+    run: RunOptions = field(
+        default_factory=_read_only
+    )  # the repository (its cwd), pool, router, mode, limits
     host: str = "127.0.0.1"
     port: int = 8787
-    cwd: Path = field(default_factory=Path.cwd)
-    pool: str | None = None
-    permission_mode: str = "read-only"  # no terminal to ask, so the safe default refuses every write
     api_key: str | None = None
     api_key_env: str | None = None
     cors_origins: tuple[str, ...] = ()  # browser origins allowed to call (none by default)
-    router: str | None = None
-    max_turns: int | None = None
-    max_budget_usd: float | None = None
     turn_threads: int = 32  # agent turns and pass-through calls running at once; more wait their turn
     backlog: int = 2048  # connections the kernel queues before the server accepts them
     idle_timeout_s: float = 15.0  # an idle keep-alive connection is closed after this long
+    header_timeout_s: float = (
+        10.0  # a request's headers must arrive within this (slowloris); else 408, closed
+    )
+    body_timeout_s: float = 60.0  # and its body within this once they have
     max_live_sessions: int = 64  # agent sessions kept in memory; older ones are reloaded from the store
     response_ttl_s: float = 30 * 86400.0  # stored Responses (`store`) are kept this long, as OpenAI's are
 

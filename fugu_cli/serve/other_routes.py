@@ -11,10 +11,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from fugu_cli.calls import Call, Exclusions
 from fugu_cli.llm.embed import PARAMS, embed
 from fugu_cli.serve.routes import _blocking, _hub, openai_errors, read_json
 from fugu_cli.serve.wire import ApiError, bad_param
-from fugu_cli.types import Worker
+from fugu_cli.types import RouteDecision, Worker
 
 HOW_TO_DECLARE = (
     'declare one on a worker of the pool: embedding_model = "openai/text-embedding-3-small" (the litellm id '
@@ -76,13 +77,24 @@ async def embeddings(request: Request) -> Response:
     unknown = [k for k, v in body.items() if k not in ("model", "input", *PARAMS) and v is not None]
     if unknown:
         raise bad_param(unknown[0], f"/v1/embeddings does not take '{unknown[0]}'", "unsupported_parameter")
-    pool = (await _blocking(request, hub.resolved)).pool
-    worker = pick(pool, model)
+    resolved = await _blocking(request, hub.resolved)
+    worker = pick(resolved.pool, model)
     forwarder = hub.forwarder
+
+    def route(ex: Exclusions) -> RouteDecision:
+        if worker.name in ex.failed or worker.name in ex.cooling:
+            raise LookupError("the embedding worker failed")
+        return RouteDecision(worker.name, {}, "override", 0.0, reason="embeddings")
+
     with hub.running() as cancel:
-        reply = await _blocking(
-            request, lambda: embed(worker, body, forwarder.config, forwarder.direct, cancel), cancel
-        )
+        call = Call(
+            pool=(worker,),
+            route=route,
+            send=lambda attempt: embed(attempt.worker, body, forwarder.config, forwarder.direct),
+            cancel=cancel,
+        )  # retries and the worker's health as for chat calls; no ledger row (embeddings have no session)
+        answer = await _blocking(request, lambda: resolved.worker_call().run(call), cancel)
+    reply = answer.value
     return JSONResponse(reply | {"fugu": {"worker": worker.name, "model": worker.embedding_model}})
 
 

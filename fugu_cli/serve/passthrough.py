@@ -1,7 +1,8 @@
 """Model `fugu`, the router-only pass-through: for each call of a client's own agent loop the router reads the
 request's messages and picks a worker; the request (its tools and parameters) goes to that worker unchanged,
-failing over to the next pick when a worker fails; each call is a ledger row (route decision, usage, cost)
-of a session found by the client's session header or by the conversation's prefix.
+through the worker-call service like every agent step (retries, the first-byte limit, failover, workers
+cooling down after failing); each call is a step in the ledger (route decision, usage, cost, a row for every
+failed attempt) of a session found by the client's session header or by the conversation's prefix.
 
 Blocking code: the server runs it in worker threads. Never prints.
 """
@@ -20,7 +21,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fugu_cli.app import Resolved
-from fugu_cli.errors import Interrupted, ProviderError
+from fugu_cli.calls import Call, Exclusions
+from fugu_cli.errors import ProviderError
 from fugu_cli.ledger import Ledger, StepRecord
 from fugu_cli.llm.capability import fit
 from fugu_cli.llm.forward import Forwarder, ForwardStream
@@ -29,7 +31,7 @@ from fugu_cli.router import Router
 from fugu_cli.router.prior import PriorRouter
 from fugu_cli.serve.conversation import Conversations, chain
 from fugu_cli.serve.params import ChatRequest, text_of
-from fugu_cli.serve.wire import AllWorkersFailed, ApiError
+from fugu_cli.serve.wire import ApiError
 from fugu_cli.store import Store, new_session_id
 from fugu_cli.types import Message, RouteDecision, RouteState, ToolCall, Usage, Worker
 
@@ -57,8 +59,9 @@ class PassSession:
 
 
 @dataclass(frozen=True)
-class Call:
-    """One routed call: where it went, for which session, and the workers that failed before it."""
+class Routed:
+    """One routed call: where it went, for which session, the workers that failed before it and those that
+    were cooling down (skipped)."""
 
     session: PassSession
     decision: RouteDecision
@@ -67,7 +70,7 @@ class Call:
     step: int
     started: float
     failed: tuple[str, ...] = ()
-    params: dict[str, Any] = field(default_factory=dict)  # what goes to this worker
+    cooling: tuple[tuple[str, float], ...] = ()  # (worker, seconds until it is probed again)
     dropped: tuple[str, ...] = ()  # what fugu could not honour for this worker (request notes included)
 
     def fugu(self, usage: Usage | None = None) -> dict[str, Any]:
@@ -78,6 +81,8 @@ class Call:
         out["latency_ms"] = round(d.latency_ms, 3)
         if self.failed:
             out["failed"] = list(self.failed)
+        if self.cooling:
+            out["cooling"] = {name: {"retry_in_s": round(left, 1)} for name, left in self.cooling}
         if self.dropped:
             out["dropped"] = list(self.dropped)
         if usage is not None:
@@ -93,6 +98,7 @@ class PassThrough:
         self.root = root
         self.router: Router = resolved.routers.make()
         self._fallback = PriorRouter()
+        self.calls = resolved.worker_call()
         self._sessions: OrderedDict[str, PassSession] = OrderedDict()
         self._table = threading.Lock()
         self.conversations = Conversations()
@@ -149,7 +155,7 @@ class PassThrough:
         """The worker's chat.completion, with the client's model name and a `fugu` field."""
         session = self.session_for(req)
         send = self.forwarder.complete
-        call, reply = self._failover(req, session, lambda c: send(c.worker, c.params, cancel))
+        call, reply = self._failover(req, session, cancel, lambda w, params: send(w, params, cancel))
         choices = reply.body.get("choices") or [{}]
         message = choices[0].get("message") or {}
         self._record(call, reply.usage, "ok", _summary(message))
@@ -157,29 +163,47 @@ class PassThrough:
             self._learn(req, session, message)
         return reply.body | {"model": req.model, "fugu": call.fugu(reply.usage)}
 
-    def stream(self, req: ChatRequest, cancel: threading.Event) -> tuple[Call, Iterator[dict[str, Any]]]:
+    def stream(self, req: ChatRequest, cancel: threading.Event) -> tuple[Routed, Iterator[dict[str, Any]]]:
         """Opens the stream (failing over until a worker sends its first chunk): the call and its chunks."""
         session = self.session_for(req)
         send = self.forwarder.stream
-        call, opened = self._failover(req, session, lambda c: send(c.worker, c.params, cancel))
+        call, opened = self._failover(req, session, cancel, lambda w, params: send(w, params, cancel))
         return call, self._relay(req, call, opened)
 
-    def _failover(self, req: ChatRequest, session: PassSession, send: Callable[[Call], T]) -> tuple[Call, T]:
-        """Route and `send` until a worker answers; each failed try is a ledger row and is masked for the
-        next decision (`_route` raises once none is left)."""
-        failures: list[ProviderError] = []
-        while True:
-            call = self._route(req, session, failures)
-            try:
-                return call, send(call)
-            except Interrupted:
-                self._record(call, Usage(), "interrupted", "")
-                raise
-            except ProviderError as e:
-                self._record(call, Usage(), "provider_error", str(e))
-                failures.append(e)
+    def _failover(
+        self,
+        req: ChatRequest,
+        session: PassSession,
+        cancel: threading.Event,
+        send: Callable[[Worker, dict[str, Any]], T],
+    ) -> tuple[Routed, T]:
+        """Route and `send` (the request's parameters with the optional ones this worker takes) through the
+        worker-call service until a worker answers (raises `AllFailed` once none is left); every failed
+        attempt is a ledger row of this step."""
+        self._check_worker(req)
+        turn = max(1, sum(1 for m in req.messages if m.get("role") == "user"))
+        step = session.next_step(turn)
+        cooling = {n: c.left_s(time.time()) for n, c in self.calls.health.cooling(self.resolved.pool).items()}
+        answer = self.calls.run(
+            Call(
+                pool=self.resolved.pool,
+                route=lambda ex: self._route(req, session, step, ex),
+                send=lambda attempt: send(attempt.worker, req.params | fit(attempt.worker, req.optional)[0]),
+                ledger=Ledger(self.store, session.id).turn(turn),
+                step=step,
+                cancel=cancel,
+            )
+        )
+        worker = answer.worker
+        skipped = tuple((n, left) for n, left in cooling.items() if n != worker.name)
+        left_out = fit(worker, req.optional)[1]
+        dropped = (*req.notes, *(f"{p}: {worker.name} does not take it" for p in left_out))
+        routed = Routed(
+            session, answer.decision, worker, turn, step, answer.started, answer.failed, skipped, dropped
+        )
+        return routed, answer.value
 
-    def _relay(self, req: ChatRequest, call: Call, opened: ForwardStream) -> Iterator[dict[str, Any]]:
+    def _relay(self, req: ChatRequest, call: Routed, opened: ForwardStream) -> Iterator[dict[str, Any]]:
         """The worker's chunks, then one usage chunk (no choices) with fugu's cost; recorded at the end."""
         assembler = StreamAssembler(call.worker.name)
         status = "interrupted"
@@ -204,10 +228,8 @@ class PassThrough:
             if status == "ok" and assembler.chunks:
                 self._learn(req, call.session, message)
 
-    def _route(self, req: ChatRequest, session: PassSession, failures: Sequence[ProviderError]) -> Call:
-        excluded = frozenset(f.worker for f in failures)
-        pool = self.resolved.pool
-        names = [w.name for w in pool]
+    def _check_worker(self, req: ChatRequest) -> None:
+        names = [w.name for w in self.resolved.pool]
         if req.worker is not None and req.worker not in names:
             raise ApiError(
                 404,
@@ -216,31 +238,26 @@ class PassThrough:
                 code="model_not_found",
                 param="model",
             )
-        if len(excluded) >= len(pool) or (req.worker is not None and req.worker in excluded):
-            raise AllWorkersFailed(failures)
-        turn = max(1, sum(1 for m in req.messages if m.get("role") == "user"))
+
+    def _route(self, req: ChatRequest, session: PassSession, step: int, ex: Exclusions) -> RouteDecision:
+        pool = self.resolved.pool
+        if all(w.name in ex.names for w in pool) or (req.worker is not None and req.worker in ex.names):
+            raise LookupError("no worker left")
         state = RouteState(
             messages=transcript(req.messages),
-            step=session.steps.get(turn, 0) + 1,
+            step=step,
             last_worker=session.last_worker,
-            excluded=excluded,
-            failover=bool(failures),
+            excluded=ex.names,
+            failover=ex.failover,
         )
         decision = self._pick(state, pool)
         if req.worker is not None:
-            decision = dataclasses.replace(
-                decision, worker=req.worker, source="override", reason="fugu/<worker>"
+            return dataclasses.replace(decision, worker=req.worker, source="override", reason="fugu/<worker>")
+        if ex.failover:
+            return dataclasses.replace(
+                decision, source="fallback", reason=f"{', '.join(sorted(ex.failed))} failed"
             )
-        elif failures:
-            decision = dataclasses.replace(
-                decision, source="fallback", reason=f"{', '.join(sorted(excluded))} failed"
-            )
-        worker = next(w for w in pool if w.name == decision.worker)
-        failed = tuple(f.worker for f in failures)
-        extra, left_out = fit(worker, req.optional)
-        dropped = (*req.notes, *(f"{p}: {worker.name} does not take it" for p in left_out))
-        step = session.next_step(turn)
-        return Call(session, decision, worker, turn, step, time.time(), failed, req.params | extra, dropped)
+        return decision
 
     def _pick(self, state: RouteState, pool: Sequence[Worker]) -> RouteDecision:
         try:
@@ -251,9 +268,9 @@ class PassThrough:
             log.warning("router failed", exc_info=e)
             return self._fallback.pick(state, pool)
 
-    def _record(self, call: Call, usage: Usage, status: str, text: str) -> None:
+    def _record(self, call: Routed, usage: Usage, status: str, text: str) -> None:
+        """The step's answered attempt (the route and the failed attempts are already recorded)."""
         ledger = Ledger(self.store, call.session.id).turn(call.turn)
-        ledger.route(call.step, call.decision)
         ledger.step(StepRecord(call.step, call.decision, status, usage, text[:2000], call.started))
         for note in call.dropped:
             self.store.add_note(call.session.id, call.turn, call.step, note)

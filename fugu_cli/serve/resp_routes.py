@@ -17,7 +17,7 @@ from starlette.routing import Route
 from fugu_cli.errors import ProviderError
 from fugu_cli.events import Event
 from fugu_cli.serve.params import ChatRequest
-from fugu_cli.serve.passthrough import Call
+from fugu_cli.serve.passthrough import Routed
 from fugu_cli.serve.resp_events import ResponseEvents, envelope, response_from_chat, text_item, usage_of
 from fugu_cli.serve.resp_store import owner_of
 from fugu_cli.serve.responses import Asked, chat_request, read
@@ -85,7 +85,7 @@ async def _pass(request: Request, asked: Asked, req: ChatRequest, owner: str) ->
 
 async def _pass_events(
     events: ResponseEvents,
-    call: Call,
+    call: Routed,
     items: AsyncIterator[Any],
     keep: Callable[[Mapping[str, Any]], None],
     done: Callable[[], None],

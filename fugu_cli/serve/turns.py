@@ -17,15 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from fugu_cli.app import Resolved, assemble
+from fugu_cli.calls import AllFailed, Call, Exclusions, Try
 from fugu_cli.errors import ProviderError
 from fugu_cli.events import Emit
-from fugu_cli.llm.forward import Forwarder
+from fugu_cli.llm.forward import Forwarded, Forwarder
 from fugu_cli.serve.conversation import Conversations, chain
 from fugu_cli.serve.params import ChatRequest, text_of
 from fugu_cli.serve.wire import ApiError
 from fugu_cli.session import Session
 from fugu_cli.store import Store
-from fugu_cli.types import Message, TurnResult
+from fugu_cli.types import Message, RouteDecision, TurnResult
 
 WRITING_MODES = ("auto-edit", "full-auto")
 _SHAPE = (
@@ -66,6 +67,7 @@ class AgentSessions:
         self.resolved = resolved
         self.store = store
         self.forwarder = forwarder
+        self.calls = resolved.worker_call()
         self.root = root
         self.max_live = max_live
         mode = resolved.options.permission_mode or resolved.config.permission_mode
@@ -118,7 +120,7 @@ class AgentSessions:
                 if cancel.is_set():
                     return None
                 session.add_context(new)
-                session.ultra = req.mode == "ultra"
+                session.set_ultra(req.mode == "ultra")
                 session.set_worker(req.worker)
                 result = session.run_turn(req.task, emit, cancel, stream=req.stream)
             for note in (n for n in req.notes if n not in slot.said):  # said once per session
@@ -194,16 +196,23 @@ class AgentSessions:
         order = [*reversed([n for n in used if n in pool]), *sorted(pool, key=lambda n: -pool[n].priority)]
         prompt = _SHAPE.format(schema=schema, answer=answer)
         params = {"messages": [{"role": "user", "content": prompt}], "response_format": response_format}
-        failures: list[str] = []
-        for name in dict.fromkeys(order):
-            try:
-                reply = self.forwarder.complete(pool[name], params)
-            except ProviderError as e:
-                failures.append(str(e))
-                continue
-            choices = reply.body.get("choices") or [{}]
-            return str((choices[0].get("message") or {}).get("content") or "")
-        raise ProviderError("no worker could give the answer as JSON: " + "; ".join(failures))
+        ranked = list(dict.fromkeys(order))
+
+        def route(ex: Exclusions) -> RouteDecision:
+            left = [n for n in ranked if n not in ex.names]
+            if not left:
+                raise LookupError("no worker left")
+            return RouteDecision(left[0], {}, "prior", 0.0, reason="the answer as JSON")
+
+        def send(attempt: Try) -> Forwarded:
+            return self.forwarder.complete(attempt.worker, params)
+
+        try:
+            shaped = self.calls.run(Call(pool=self.resolved.pool, route=route, send=send))
+        except AllFailed as e:
+            raise ProviderError(f"no worker could give the answer as JSON: {e}") from e
+        choices = shaped.value.body.get("choices") or [{}]
+        return str((choices[0].get("message") or {}).get("content") or "")
 
 
 class _NoLock:

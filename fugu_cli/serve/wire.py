@@ -7,13 +7,23 @@ Pure data mapping: no sockets, no sessions, no printing (except an unexpected er
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fugu_cli.errors import ConfigError, FuguError, Interrupted, NoWorkerError, ProviderError, UsageError
+from fugu_cli.calls import AllFailed
+from fugu_cli.errors import (
+    ConfigError,
+    FuguError,
+    Interrupted,
+    NoWorkerError,
+    ProviderError,
+    RequestRejected,
+    UsageError,
+)
 from fugu_cli.events import (
     Event,
     ProviderFailed,
@@ -25,7 +35,6 @@ from fugu_cli.events import (
     WorkflowStepFinished,
     WorkflowStepStarted,
 )
-from fugu_cli.llm.forward import RequestRejected
 from fugu_cli.types import TurnResult, Usage
 
 log = logging.getLogger("fugu")
@@ -79,26 +88,17 @@ def bad_param(param: str, message: str, code: str = "invalid_value") -> ApiError
     return ApiError(400, message, code=code, param=param)
 
 
-class AllWorkersFailed(FuguError):
-    """Every worker of the pool failed this call (each after its own retries)."""
-
-    def __init__(self, failures: Sequence[ProviderError]) -> None:
-        super().__init__("; ".join(str(f) for f in failures) or "the pool has no worker")
-        self.failures = tuple(failures)
-
-
 def api_error(e: BaseException) -> ApiError:
     """The client's view of a failure. After provider failures: 502 and no retry (fugu already retried and
-    failed over; a client retry would only repeat it)."""
+    failed over; a client retry would only repeat it); the provider's own error code passes through. When
+    every worker is cooling down, 503 with Retry-After: nothing was sent; the client may come back then."""
     if isinstance(e, ApiError):
         return e
-    if isinstance(e, AllWorkersFailed):
-        rejected = [f for f in e.failures if isinstance(f, RequestRejected)]
-        if rejected and len(rejected) == len(e.failures):
-            return ApiError(400, f"the worker refused the request: {rejected[0]}", param=rejected[0].param)
-        return ApiError(502, f"every worker failed: {e}", "server_error", "upstream_failed", headers=NO_RETRY)
+    if isinstance(e, AllFailed):
+        return _all_failed(e)
     if isinstance(e, ProviderError):
-        return ApiError(502, str(e), "server_error", "upstream_failed", headers=NO_RETRY)
+        code = e.code or "upstream_failed"
+        return ApiError(502, str(e), "server_error", code, headers=NO_RETRY)
     if isinstance(e, Interrupted):
         return ApiError(503, "the request was cancelled (server stopping)", "server_error", "cancelled")
     if isinstance(e, NoWorkerError):
@@ -111,6 +111,22 @@ def api_error(e: BaseException) -> ApiError:
         return ApiError(500, str(e), "server_error", "fugu_error", headers=NO_RETRY)
     log.error("fugu serve: unexpected error", exc_info=e)
     return ApiError(500, f"internal error: {type(e).__name__}: {e}", "server_error", "internal_error")
+
+
+def _all_failed(e: AllFailed) -> ApiError:
+    rejected = [f for f in e.failures if isinstance(f, RequestRejected)]
+    if rejected and len(rejected) == len(e.failures) and not e.cooling:
+        first = rejected[0]
+        message = f"the worker refused the request: {first}"
+        return ApiError(400, message, code=first.code or "", param=first.param)
+    if not e.failures and e.cooling:
+        wait = max(1, math.ceil(e.retry_after_s or 1))
+        return ApiError(
+            503, str(e), "server_error", "workers_cooling_down", headers={"Retry-After": str(wait)}
+        )
+    codes = {f.code for f in e.failures}
+    code = codes.pop() if len(codes) == 1 and None not in codes else "upstream_failed"
+    return ApiError(502, str(e), "server_error", code or "upstream_failed", headers=NO_RETRY)
 
 
 def model_object(model_id: str) -> dict[str, Any]:
@@ -144,6 +160,8 @@ class Tracker:
             d = inner.decision
             row: dict[str, Any] = {"step": inner.step, "worker": d.worker, "source": d.source}
             row["p"] = round(float(d.scores.get(d.worker, 0.0)), 6)
+            if d.reason:  # why: a failover, a worker cooling down, a masked window
+                row["reason"] = d.reason
             if isinstance(event, WorkflowAgentEvent):
                 row["workflow_step"] = event.step
             self.steps.append(row)

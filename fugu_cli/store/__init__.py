@@ -28,6 +28,7 @@ from fugu_cli.store.rows import (
     StepRow,
     TableRows,
     ToolCallRow,
+    TurnRow,
 )
 from fugu_cli.store.schema import MIGRATIONS, SESSION_TABLES
 from fugu_cli.store.sessions import SessionTables, new_session_id
@@ -49,6 +50,7 @@ __all__ = [
     "StoredResponse",
     "TableRows",
     "ToolCallRow",
+    "TurnRow",
     "new_session_id",
     "redact",
 ]

@@ -23,6 +23,18 @@ class SessionRow:
 
 
 @dataclass(frozen=True)
+class TurnRow:
+    """One user message and how it ended (`status` is `running` while, or if, it never finished)."""
+
+    turn: int
+    task: str
+    status: str
+    result: str
+    cost_usd: float
+    created_at: float
+
+
+@dataclass(frozen=True)
 class ToolCallRow:
     turn: int
     step: int

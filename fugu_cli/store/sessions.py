@@ -10,11 +10,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from fugu_cli.redact import redact
-from fugu_cli.store.connection import Connection, redact_opt
+from fugu_cli.store.connection import Connection, file_lock, redact_opt
 from fugu_cli.store.rows import (
     CompactionRecord,
     CompactionRow,
     SessionRow,
+    TurnRow,
 )
 from fugu_cli.types import Message, dumps
 
@@ -66,19 +67,8 @@ class SessionTables(Connection):
     def session_lock(self, sid: str) -> Iterator[None]:
         """Hold the session for one turn across processes: two `fugu --continue` on one session take turns
         instead of interleaving their transcripts (a file lock beside the database)."""
-        try:
-            import fcntl
-        except ImportError:  # no flock on this platform: turns are serialised within one process only
+        with file_lock(self.path.parent / "locks" / f"{sid}.lock"):
             yield
-            return
-        path = self.path.parent / "locks" / f"{sid}.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a") as f:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
     # transcripts
 
@@ -192,6 +182,14 @@ class SessionTables(Connection):
             "UPDATE turns SET status=?, result=?, cost_usd=? WHERE session_id=? AND turn=?",
             (status, redact(result), cost_usd, sid, turn),
         )
+
+    def turns(self, sid: str) -> list[TurnRow]:
+        rows = self.query(
+            "SELECT turn, task, status, result, cost_usd, created_at FROM turns WHERE session_id=?"
+            " ORDER BY turn",
+            (sid,),
+        )
+        return [TurnRow(**dict(r)) for r in rows]
 
     def set_checkpoint(self, sid: str, turn: int, checkpoint: str | None) -> None:
         self._execute("UPDATE turns SET checkpoint=? WHERE session_id=? AND turn=?", (checkpoint, sid, turn))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -55,13 +56,19 @@ class Part:
     opaque: bool = False
 
 
-@dataclass
+@dataclass(frozen=True)
 class PermissionPolicy:
-    """Mode plus allow/deny rules ("shell:git status", "edit", "shell"), and what "always" added."""
+    """Mode plus allow/deny rules ("shell:git status", "edit", "shell"). A value: an "always" answer makes a
+    new policy (`allowing`), which whoever owns the run keeps (the agent run for its later calls, the session
+    for later turns)."""
 
     mode: PermissionMode = "ask"
-    allow: list[str] = field(default_factory=list)
-    deny: list[str] = field(default_factory=list)
+    allow: Sequence[str] = ()
+    deny: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "allow", tuple(self.allow))
+        object.__setattr__(self, "deny", tuple(self.deny))
 
     def check(self, kind: ToolKind, prefix: str, opaque: bool = False) -> Literal["allow", "deny", "ask"]:
         if kind == "read":
@@ -101,9 +108,10 @@ class PermissionPolicy:
         """Whether a deny rule covers `prefix`."""
         return any(_matches(rule, prefix) for rule in self.deny)
 
-    def remember(self, prefix: str) -> None:
-        if prefix not in self.allow:
-            self.allow.append(prefix)
+    def allowing(self, *prefixes: str) -> PermissionPolicy:
+        """This policy with `prefixes` allowed too (an "always" answer, a custom command's allowed-tools)."""
+        added = tuple(p for p in dict.fromkeys(prefixes) if p not in self.allow)
+        return dataclasses.replace(self, allow=(*self.allow, *added)) if added else self
 
 
 def _matches(rule: str, prefix: str) -> bool:
@@ -119,9 +127,9 @@ def _matches(rule: str, prefix: str) -> bool:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class ToolContext:
-    """Where and for whom a tool call runs."""
+    """Where and for whom a tool call runs. A value: each call gets its own copy (`dataclasses.replace`)."""
 
     root: Path
     agent: str
@@ -136,6 +144,7 @@ class ToolContext:
     cancel: threading.Event | None = None  # set when the turn is cancelled: a running command is killed
     output_dir: Path | None = None  # full outputs of cut results; default FUGU_HOME/tool-output
     notify: Callable[[str], None] | None = None  # tell the user something now (the agent emits a Notice)
+    grant: Callable[[str], None] | None = None  # the user answered "always" for this prefix: keep allowing it
 
 
 def configure_tools(

@@ -72,7 +72,8 @@ class Invocation:
         answer = self.ctx.approve(request)
         if answer == "always":
             for p in asked:
-                self.ctx.policy.remember(p)
+                if self.ctx.grant is not None:
+                    self.ctx.grant(p)
         elif answer != "yes":
             raise PermissionDenied(
                 f"Permission denied: the user declined {summary}. Do not retry the same call; "

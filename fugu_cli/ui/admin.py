@@ -9,13 +9,19 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fugu_cli.errors import FuguError, UsageError
 from fugu_cli.ui.phrases import err, tool_summary
 
+if TYPE_CHECKING:
+    from fugu_cli.calls import Condition
+    from fugu_cli.router.commands import TrainOptions
+    from fugu_cli.router.es import GenerationStats
 
-def pool_command(pool: str | None, json_out: bool) -> int:
+
+def pool_command(pool: str | None, json_out: bool, reset_health: bool = False) -> int:
+    from fugu_cli.app import worker_health
     from fugu_cli.config import load_config
     from fugu_cli.options import RunOptions
     from fugu_cli.pool import POOL_HINT, check_pool, discover_pool
@@ -26,12 +32,17 @@ def pool_command(pool: str | None, json_out: bool) -> int:
     except UsageError as e:
         err(str(e))
         return 2
+    health = worker_health(config)
+    if reset_health:
+        err(f"forgot the failures of {health.forget()} worker(s): every worker is tried again")
     if not workers:
         err(f"no worker is configured: {POOL_HINT}")
         return 2
     checked = check_pool(workers)
     prices = {a.worker.name: _price(a.worker) for a in checked}
     windows = _windows(config, [a.worker for a in checked])
+    ailing = health.report(workers)
+    now = health.clock()
     if json_out:
         rows = [
             {
@@ -45,6 +56,7 @@ def pool_command(pool: str | None, json_out: bool) -> int:
                 "priority": a.worker.priority,
                 **windows[a.worker.name][0].to_json(),
                 "tokenizer": windows[a.worker.name][1],
+                "health": _health_json(ailing.get(a.worker.name), now),
             }
             for a in checked
         ]
@@ -57,7 +69,9 @@ def pool_command(pool: str | None, json_out: bool) -> int:
             price = f"${p_in:g}/${p_out:g} per M ({where})" if p_in is not None else "price unknown ($0)"
             win = windows[a.worker.name][0]
             window = f"{_k(win.tokens)} ctx, {_k(win.reserve)} out ({win.source})"
-            table.append(("ok" if a.ok else "--", a.worker.name, a.worker.model, price, window, a.reason))
+            sick = ailing.get(a.worker.name)
+            why = "; ".join(x for x in (a.reason, sick.describe(now) if sick else "") if x)
+            table.append(("ok" if a.ok else "--", a.worker.name, a.worker.model, price, window, why))
         widths = [max(len(r[i]) for r in table) for i in range(5)]
         for row in table:
             cells = [cell.ljust(width) for cell, width in zip(row[:5], widths, strict=True)]
@@ -66,6 +80,18 @@ def pool_command(pool: str | None, json_out: bool) -> int:
         err(f"no usable worker: {POOL_HINT}")
         return 2
     return 0
+
+
+def _health_json(sick: Condition | None, now: float) -> dict[str, Any]:
+    if sick is None:
+        return {"state": "ok"}
+    state = "cooling" if sick.cooling(now) else "probation"
+    return {
+        "state": state,
+        "retry_in_s": round(sick.left_s(now), 1),
+        "failures": sick.failures,
+        "error": sick.error,
+    }
 
 
 def _windows(config: Any, workers: list[Any]) -> dict[str, tuple[Any, str]]:
@@ -136,61 +162,41 @@ def sessions_show(session_id: str) -> int:
     return 0
 
 
-@dataclass(frozen=True)
-class TrainRequest:
-    data: tuple[Path, ...]
-    out: Path
-    stage: str
-    split: str | None
-    tau: float | None
-    svf: str
-    generations: int
-    lam: float
-    seed: int
-    threads: int | None
-    store: bool
-    prices: Path | None = None
-    processes: int = 1
-    executor: str | None = None  # local | ray (None: [executor] in the config)
-    ray_address: str | None = None
+def sessions_export(session_id: str, fmt: str, out: Path | None) -> int:
+    """Write the session as Markdown, JSON or HTML to `out` (stdout when None)."""
+    from fugu_cli.app import open_store
+    from fugu_cli.ui import export
 
-
-def router_train(req: TrainRequest) -> int:
-    from fugu_cli.router.commands import TrainOptions, train_command
-    from fugu_cli.router.es import ESConfig, GenerationStats
-    from fugu_cli.router.train import TrainConfig
-    from fugu_cli.router.trainer import Stage2
-
-    if req.stage not in ("sft", "es", "both"):
-        err(f"--stage {req.stage}: choose sft, es or both")
+    store = open_store()
+    row = store.get_session(session_id)
+    if row is None:
+        err(f"no session {session_id!r} (or the prefix is ambiguous); list them with: fugu sessions")
         return 2
-    config = TrainConfig(
-        lam=req.lam,
-        **({"taus": (req.tau,)} if req.tau is not None else {}),  # type: ignore[arg-type]
-        svf_targets=tuple(t for t in req.svf.split(",") if t),
-        seed=req.seed,
-        threads=req.threads,
-    )
-    opts = TrainOptions(
-        req.data,
-        req.out,
-        stage=req.stage,  # type: ignore[arg-type]
-        split=req.split,
-        config=config,
-        stage2=Stage2(es=ESConfig(generations=req.generations, seed=req.seed, processes=req.processes)),
-        store=req.store,
-        prices=req.prices,
-        processes=req.processes,
-        executor=req.executor,
-        ray_address=req.ray_address,
-    )
+    text = export.render(export.session_document(store, row.id), fmt)
+    if out is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as e:
+        err(f"cannot write {out}: {e.strerror or e}")
+        return 2
+    err(f"wrote session {row.id} to {out}")
+    return 0
+
+
+def router_train(opts: TrainOptions) -> int:
+    """`fugu router train`: the stages, with a progress bar for stage 2 on stderr."""
+    from fugu_cli.router.commands import train_command
+
+    generations = opts.stage2.es.generations
     tty = sys.stderr.isatty()
 
     def on_generation(g: GenerationStats) -> None:
         done = g.generation + 1
-        bar = "█" * (20 * done // req.generations)
+        bar = "█" * (20 * done // generations)
         line = (
-            f"es [{bar:<20}] generation {done}/{req.generations} · best {g.best:.4f} · "
+            f"es [{bar:<20}] generation {done}/{generations} · best {g.best:.4f} · "
             f"mean {g.mean:.4f} · incumbent {g.incumbent:.4f} · σ {g.sigma:.4f}"
         )
         print(("\r" + line) if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)

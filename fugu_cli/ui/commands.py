@@ -86,7 +86,7 @@ def dispatch(ctx: Context, line: str) -> bool:
         elif not _extension(ctx, name, arg):
             from fugu_cli.ui import custom
 
-            guess = nearest(name, [n for n, _ in custom.names(ctx.session.config.root, ctx.session)])
+            guess = nearest(name, [n for n, _ in custom.names(ctx.session.root, ctx.session)])
             hint = f"; did you mean /{guess}?" if guess else ""
             _say(ctx, f"unknown command /{name}{hint} (/help lists them)", "yellow")
     except FuguError as e:
@@ -126,7 +126,7 @@ def _help(ctx: Context, arg: str) -> None:
         table.add_row(f"/{c.name}" + (f" {c.args}" if c.args else ""), c.help)
     from fugu_cli.ui import custom
 
-    for name, help_text in custom.names(ctx.session.config.root, ctx.session):
+    for name, help_text in custom.names(ctx.session.root, ctx.session):
         table.add_row(f"/{name}", help_text)
     ctx.console.print(table)
     _say(
@@ -140,7 +140,7 @@ def _help(ctx: Context, arg: str) -> None:
 def _worker(ctx: Context, arg: str) -> None:
     session = ctx.session
     if not arg:
-        current = session.config.forced_worker or "auto (the router picks)"
+        current = session.settings().worker or "auto (the router picks)"
         _say(ctx, f"worker: {current}; pool: {', '.join(session.workers)}")
         return
     if arg == "auto":
@@ -169,17 +169,19 @@ def _pool(ctx: Context, arg: str) -> None:
     table = Table(box=None, pad_edge=False, header_style="bold")
     for col in ("worker", "model", "price in/out per M", "router p", ""):
         table.add_column(col, overflow="fold")
-    for w in session.deps.pool:
+    forced = session.settings().worker
+    health = session.worker_health()
+    for w in session.pool:
         price = (
             f"${w.price_in:g}/${w.price_out:g}"
             if w.price_in is not None and w.price_out is not None
             else "table"
         )
         p = f"{last[w.name]:.2f}" if w.name in last else "-"
-        mark = "forced" if session.config.forced_worker == w.name else ""
+        mark = "; ".join(x for x in ("forced" if forced == w.name else "", health.get(w.name, "")) if x)
         table.add_row(w.name, w.model, price, p, mark)
     ctx.console.print(table)
-    _say(ctx, f"router: {session.config.router_name}", "dim")
+    _say(ctx, f"router: {session.router_name}", "dim")
 
 
 def _cost(ctx: Context, arg: str) -> None:
@@ -314,9 +316,7 @@ def _user_invocation(ctx: Context, tool: str, kind: ToolKind) -> Invocation:
     from fugu_cli.tools.base import Invocation
 
     # the user typed the command: no approval question, and no checkpoint (it is not a model's edit)
-    context = ToolContext(
-        root=ctx.session.config.root, agent="user", policy=PermissionPolicy(mode="full-auto")
-    )
+    context = ToolContext(root=ctx.session.root, agent="user", policy=PermissionPolicy(mode="full-auto"))
     return Invocation(ctx=context, tool=tool, kind=kind)
 
 
@@ -325,7 +325,7 @@ def _clear(ctx: Context, arg: str) -> None:
 
 
 def _sessions(ctx: Context, arg: str) -> None:
-    rows = ctx.session.deps.store.list_sessions(15)
+    rows = ctx.session.recent_sessions(15)
     current = ctx.session.id
     for r in rows:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.updated_at))
@@ -334,6 +334,29 @@ def _sessions(ctx: Context, arg: str) -> None:
             f"{mark} {r.id}  {when}  ${r.cost_usd:<8.4f} {r.title[:50]}", overflow="ellipsis", markup=False
         )
     _say(ctx, "/resume ID continues one", "dim")
+
+
+def _export(ctx: Context, arg: str) -> None:
+    """`/export [md|json|html] [FILE]`: the session so far as a readable transcript (default Markdown, in
+    fugu-SESSION.md here)."""
+    from pathlib import Path
+
+    from fugu_cli.app import open_store
+    from fugu_cli.errors import UsageError
+    from fugu_cli.ui import export
+
+    words = arg.split(None, 1)
+    fmt = words.pop(0) if words and words[0] in export.FORMATS else "md"
+    if words and words[0].split()[0] in export.FORMATS:
+        raise UsageError(f"/export {arg}: give the format first, then the file")
+    sid = ctx.session.id
+    path = Path(words[0]).expanduser() if words else Path(f"fugu-{sid}.{fmt}")
+    text = export.render(export.session_document(open_store(), sid), fmt)
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+    _say(ctx, f"wrote this session ({fmt}) to {path}", "green")
 
 
 def _resume(ctx: Context, arg: str) -> None:
@@ -346,7 +369,7 @@ def _resume(ctx: Context, arg: str) -> None:
 def _ultra(ctx: Context, arg: str) -> None:
     session = ctx.session
     if arg in ("on", "off"):
-        session.ultra = arg == "on"
+        session.set_ultra(arg == "on")
     elif arg:
         _say(ctx, "usage: /ultra on|off", "yellow")
         return
@@ -357,23 +380,20 @@ def _ultra(ctx: Context, arg: str) -> None:
 
 
 def _memory(ctx: Context, arg: str) -> None:
-    from fugu_cli import memory
-
     session = ctx.session
-    files = session.deps.instructions.files if session.deps.instructions else []
+    files, budget = session.instruction_files()
     if files:
-        budget = session.deps.instructions.budget if session.deps.instructions else 0
         used = sum(f.used for f in files)
         _say(ctx, f"instruction files (in the order given, {used:,} of {budget:,} tokens):", "bold")
         for f in files:
             _say(ctx, f"  {f.label}  {f.level}, {f.tokens:,} tokens, {f.state}")
     else:
         _say(ctx, "no instruction file (AGENTS.md or CLAUDE.md) was loaded", "dim")
-    ctx.console.print(memory.render(session.deps.store, session.id), overflow="fold", markup=False)
+    ctx.console.print(session.memory_text(), overflow="fold", markup=False)
 
 
 def _mcp(ctx: Context, arg: str) -> None:
-    mcp = ctx.session.deps.mcp
+    mcp = ctx.session.mcp
     if mcp is None:
         _say(ctx, "no MCP server is configured (.mcp.json, or [mcp_servers.NAME] in config)", "dim")
         return
@@ -403,6 +423,7 @@ COMMANDS: dict[str, Command] = {
         Command("compact", "[FOCUS]", "replace older steps by a summary now (keeping FOCUS)", _compact),
         Command("map", "", "the repo map the workers get at the start of a turn", _map),
         Command("trace", "", "who did what in this session: each step's worker, why, tools, cost", _trace),
+        Command("export", "[md|json|html] [FILE]", "write this session as a readable transcript", _export),
         Command("diff", "[PATH]", "uncommitted changes in the repository", _diff),
         Command("undo", "", "restore the files to before the last edited turn's first edit", _undo),
         Command(

@@ -40,10 +40,11 @@ def described(root: Path, session: Session | None) -> list[tuple[str, str, str]]
     from fugu_cli import custom_commands
 
     out = [(c.name, c.help, c.argument_hint) for c in custom_commands.load(root).values()]
-    if session is not None and session.deps.mcp is not None:
+    mcp = session.mcp if session is not None else None
+    if mcp is not None:
         from fugu_cli.mcp import qualified
 
-        for server, catalog in session.deps.mcp.catalogs(start=False).items():
+        for server, catalog in mcp.catalogs(start=False).items():
             for p in catalog.prompts:
                 what = f"{p.description or p.name} (MCP prompt of {server})"
                 out.append((qualified(server, p.name), what, " ".join(f"<{a.name}>" for a in p.arguments)))
@@ -55,20 +56,20 @@ def resolve(session: Session, name: str, arguments: str) -> Prompted | None:
     prompt. A problem the user can fix (an unusable worker, a server that is down) is a UsageError."""
     from fugu_cli import custom_commands
 
-    command = custom_commands.load(session.config.root).get(name.lower())
+    command = custom_commands.load(session.root).get(name.lower())
     if command is not None:
-        expanded = custom_commands.expand(command, arguments, session.config.trusted)
+        expanded = custom_commands.expand(command, arguments, session.trusted)
         allow, notes = _rules(expanded.allowed_tools, command.name)
         worker = _worker(session, expanded.worker, command.name)
         return Prompted(expanded.prompt, worker, allow, (*expanded.notes, *notes))
-    if name.startswith("mcp__") and session.deps.mcp is not None:
+    if name.startswith("mcp__") and session.mcp is not None:
         return _mcp_prompt(session, name, arguments)
     return None
 
 
 def attach_resources(text: str, session: Session) -> tuple[str, list[str]]:
     """Append the content of each `@server:uri` whose server is one of the session's MCP servers."""
-    mcp = session.deps.mcp
+    mcp = session.mcp
     if mcp is None:
         return text, []
     from fugu_cli.mcp import McpUnavailable
@@ -110,7 +111,7 @@ def _worker(session: Session, spec: str | None, name: str) -> str | None:
     from fugu_cli.app import worker_named
 
     try:
-        return worker_named(session.deps.pool, spec)
+        return worker_named(session.pool, spec)
     except UsageError as e:
         raise UsageError(
             f"/{name}: its front matter asks for worker {spec!r}, which this pool lacks ({e})"
@@ -120,7 +121,7 @@ def _worker(session: Session, spec: str | None, name: str) -> str | None:
 def _mcp_prompt(session: Session, name: str, arguments: str) -> Prompted | None:
     from fugu_cli.mcp import McpUnavailable, prompt_arguments, qualified
 
-    mcp = session.deps.mcp
+    mcp = session.mcp
     assert mcp is not None
     for server, catalog in mcp.catalogs(start=True).items():
         for prompt in catalog.prompts:

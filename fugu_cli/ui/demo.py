@@ -5,6 +5,7 @@ Only the models' words are scripted (fugu_cli/data/demo.json); the router, tools
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import tempfile
@@ -41,7 +42,8 @@ def write_pool(path: Path, workers: list[dict[str, Any]]) -> None:
 
 
 def main(router: str | None, keep: bool) -> int:
-    from fugu_cli.app import build_session
+    from fugu_cli.app import assemble, resolve
+    from fugu_cli.calls import WorkerHealth
     from fugu_cli.llm.scripted import ScriptedLLM
     from fugu_cli.options import RunOptions
     from fugu_cli.ui.render import Renderer, make_console
@@ -53,7 +55,10 @@ def main(router: str | None, keep: bool) -> int:
     make_repo(repo, demo["files"])
     write_pool(tmp / "pool.toml", demo["workers"])
     opts = RunOptions(cwd=repo, pool=str(tmp / "pool.toml"), permission_mode="full-auto", router=router)
-    session = build_session(opts, llm=ScriptedLLM(demo["replies"]))
+    resolved = resolve(opts)
+    # the demo's scripted failure is not the user's worker's: its health stays out of FUGU_HOME
+    resolved = dataclasses.replace(resolved, health=WorkerHealth(resolved.health.settings))
+    session = assemble(resolved, opts, llm=ScriptedLLM(demo["replies"]))
     print(f"fugu demo: a recorded session replayed in {repo} (only the models' words are scripted)")
     print(f"task: {demo['task']}\n")
     result = session.run_turn(demo["task"], Renderer(make_console(), compact=True).on_event)

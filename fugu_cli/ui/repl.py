@@ -1,7 +1,8 @@
 """The interactive REPL: read a line, run it as a slash command or a turn, render the turn, repeat.
 
-The prompt appears before anything heavy loads: the session (pool probe, router) is built and litellm imported
-in a background thread started after the first prompt is drawn; the first turn waits only if that is not done.
+The prompt appears before anything heavy loads: the session (pool probe, router) is built, and litellm
+imported if a worker needs it, in a background thread started after the first prompt is drawn; the first turn
+waits only if that is not done.
 Each turn runs in its own thread so Ctrl-C in the main thread can cancel it; approvals come back here.
 """
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
     from fugu_cli.session import Session
     from fugu_cli.tools import Answer, ApprovalRequest
+    from fugu_cli.turn_settings import Overrides
     from fugu_cli.ui.render import Renderer
 
 log = logging.getLogger("fugu")
@@ -36,7 +38,8 @@ class LoadFailed(Exception):
 
 
 class Loader:
-    """Builds the session in a thread (then preloads rich and litellm) while the user types."""
+    """Builds the session in a thread (then preloads rich, and litellm if a worker needs it) while the user
+    types."""
 
     def __init__(self, build: Callable[[], Session], on_failure: Callable[[], None] = lambda: None) -> None:
         self._build = build
@@ -79,7 +82,7 @@ def _preload(session: Session) -> None:
     try:
         import fugu_cli.ui.render  # noqa: F401  (rich: the first turn should not pay for it)
 
-        session.deps.agent.llm.warm()
+        session.warm()
     except Exception:  # the first turn will meet the same problem and report it properly
         log.debug("preload failed", exc_info=True)
 
@@ -117,7 +120,7 @@ class Repl:
         return self._session
 
     def switch_session(self, resume: str | None) -> None:
-        worker = self._session.config.forced_worker if self._session else self.opts.worker
+        worker = self._session.settings().worker if self._session else self.opts.worker
         opts = dataclasses.replace(self.opts, resume=resume, continue_last=False, worker=worker)
         with self.console.status("loading…"):
             session = self._build(opts)
@@ -133,8 +136,9 @@ class Repl:
         self._running = False
 
     def run_prompt(self, text: str, worker: str | None = None, allow: Sequence[str] = ()) -> None:
-        with self.session.turn_settings(worker, allow):
-            self._turn(text)
+        from fugu_cli.turn_settings import Overrides
+
+        self._turn(text, Overrides(worker, tuple(allow)))
 
     # --- the loop -----------------------------------------------------------------------------------------
 
@@ -224,11 +228,11 @@ class Repl:
             log.error("command failed", exc_info=e)
             self._say(f"internal error: {type(e).__name__}: {e}", "red")
 
-    def _turn(self, text: str) -> None:
+    def _turn(self, text: str, overrides: Overrides | None = None) -> None:
         from fugu_cli.ui.custom import attach_resources
 
         session = self.session
-        task, attached = expand_mentions(text, session.config.root)
+        task, attached = expand_mentions(text, session.root)
         try:
             task, resources = attach_resources(task, session)
         except FuguError as e:
@@ -241,7 +245,7 @@ class Repl:
 
         renderer = self.renderer
         self.approvals.cancelled.clear()
-        turn = TurnThread(session, task, renderer.on_event)
+        turn = TurnThread(session, task, renderer.on_event, overrides)
         try:
             result = turn.run(self._waiter(turn.cancel))
         except FuguError as e:
@@ -338,7 +342,7 @@ class Repl:
         return 1
 
     def _message(self) -> str:
-        worker = self._session.config.forced_worker if self._session else self.opts.worker
+        worker = self._session.settings().worker if self._session else self.opts.worker
         tags = [t for t in (worker, "ultra" if self._session and self._session.ultra else None) if t]
         return f"fugu [{' '.join(tags)}] › " if tags else "fugu › "
 
@@ -358,11 +362,11 @@ class Repl:
         if command == "ultra":
             return ["on", "off"]
         if command == "resume":
-            return [r.id for r in self._session.deps.store.list_sessions(20)]
+            return [r.id for r in self._session.recent_sessions(20)]
         return []
 
     def _root(self) -> Path:
-        return self._session.config.root if self._session else self.opts.cwd
+        return self._session.root if self._session else self.opts.cwd
 
     def _show_resumed(self, session: Session) -> None:
         from fugu_cli.ui.render import transcript_text
@@ -373,7 +377,7 @@ class Repl:
         last = steps[-1] if steps else None
         # the last step went to a /worker override: it was sticky, so it is again
         if (
-            session.config.forced_worker is None
+            session.settings().worker is None
             and last
             and last.source == "override"
             and last.worker in session.workers

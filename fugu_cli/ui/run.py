@@ -254,12 +254,13 @@ def _turn(session: Session, text: str, render: _Render, stopper: Stopper) -> Tur
         for note in prompted.notes:
             err(note)
         text = prompted.prompt
-    turn = TurnThread(session, text, render.on_event)
+    from fugu_cli.turn_settings import Overrides
+
+    overrides = Overrides(prompted.worker, tuple(prompted.allow)) if prompted is not None else None
+    turn = TurnThread(session, text, render.on_event, overrides)
     stopper.attach(turn.cancel)
-    worker, allow = (prompted.worker, prompted.allow) if prompted is not None else (None, ())
     try:
-        with session.turn_settings(worker, allow):
-            return turn.run(wait=stopper.wait)
+        return turn.run(wait=stopper.wait)
     except GaveUp:
         result = render.cut(session.id)
         render.on_event(TurnFinished(session_id=session.id, result=result))
@@ -297,7 +298,7 @@ def _controls(
         auto = {"value": "auto", "displayName": "auto", "description": "the router picks a worker per step"}
         rows = [
             {"value": w.name, "displayName": w.name, "description": w.description or w.model}
-            for w in session.deps.pool
+            for w in session.pool
         ]
         return [auto, *rows]
 
@@ -311,11 +312,11 @@ def _controls(
         models=models,
         interrupt=interrupt,
         set_permission_mode=lambda name: session.set_permission_mode(permission_mode(name)),
-        set_model=lambda model: session.set_worker(worker_named(session.deps.pool, model)),
+        set_model=lambda model: session.set_worker(worker_named(session.pool, model)),
         mcp_status=lambda: [{"name": n, "status": s} for n, s in session.mcp_servers()],
         commands=lambda: [
             {"name": name, "description": help, "argumentHint": hint}
-            for name, help, hint in described(session.config.root, session)
+            for name, help, hint in described(session.root, session)
         ],
         asks=asks,
         folders=folders,
@@ -324,9 +325,10 @@ def _controls(
 
 def _say_refusals(session: Session, opts: RunOptions) -> None:
     """Without a terminal nobody can approve: say so at the start, with how to allow what the run needs."""
-    if session.config.permission_mode != "ask" or opts.permission_mode is not None:
+    permission = session.settings().permission
+    if permission.mode != "ask" or opts.permission_mode is not None:
         return
-    which = "that no allow rule covers " if session.deps.agent.tool_ctx.policy.allow else ""
+    which = "that no allow rule covers " if permission.allow else ""
     err(f"edits and shell commands {which}will be refused: there is no terminal to ask; {HOW_TO_ALLOW}")
 
 

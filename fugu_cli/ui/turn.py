@@ -9,23 +9,24 @@ from collections.abc import Callable
 
 from fugu_cli.events import Emit
 from fugu_cli.session import Session
+from fugu_cli.turn_settings import Overrides
 from fugu_cli.types import TurnResult
 
 
 class TurnThread:
     """`session.run_turn(task)` on a daemon thread; `cancel` asks it to stop (the cut step is recorded)."""
 
-    def __init__(self, session: Session, task: str, emit: Emit) -> None:
+    def __init__(self, session: Session, task: str, emit: Emit, overrides: Overrides | None = None) -> None:
         self.cancel = threading.Event()
         self._result: TurnResult | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(
-            target=self._work, args=(session, task, emit), name="fugu-turn", daemon=True
+            target=self._work, args=(session, task, emit, overrides), name="fugu-turn", daemon=True
         )
 
-    def _work(self, session: Session, task: str, emit: Emit) -> None:
+    def _work(self, session: Session, task: str, emit: Emit, overrides: Overrides | None) -> None:
         try:
-            self._result = session.run_turn(task, emit, self.cancel)
+            self._result = session.run_turn(task, emit, self.cancel, overrides=overrides)
         except BaseException as e:
             self._error = e
 

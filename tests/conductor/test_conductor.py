@@ -181,7 +181,7 @@ def test_ultra_switches_on_a_live_session_and_a_bad_plan_file_is_a_usage_error(t
     session = open_session(tmp_path, repo, llm, good, ultra=False)
     assert not session.ultra
     assert session.run_turn("one").result == "FUGU"
-    session.ultra = True
+    session.set_ultra(True)
     assert session.run_turn("two").result == "ULTRA"
     assert [m.content for m in session.messages if m.role == "assistant"] == ["FUGU", "ULTRA"]
 

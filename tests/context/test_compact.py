@@ -63,7 +63,7 @@ def test_a_compaction_keeps_facts_and_the_store_keeps_every_message(tmp_path: Pa
     messages = task()
     Agent(d).run(messages, 1, prior, Limits(max_steps=3))
     policy = ContextPolicy(CharTokens())
-    compactor = Compactor(llm, policy, [SMALL, CHEAP], [], d.ledger, d.tool_ctx.root)
+    compactor = Compactor(llm, d.calls, policy, [SMALL, CHEAP], [], d.ledger, d.tool_ctx.root)
     done = compactor.compact(messages, CompactRequest(SMALL, "user", "the test", turn=1, keep_tokens=0))
     assert done is not None and done.summarizer is not None and done.summarizer.worker == "beta"
     summary = next(m for m in done.messages if m.name == SUMMARY_NAME)
@@ -94,7 +94,7 @@ def test_a_failed_summary_leaves_the_facts(tmp_path: Path) -> None:
     messages = task()
     Agent(d).run(messages, 1, prior, Limits(max_steps=3))
     llm.add({"error": "500"})
-    compactor = Compactor(llm, ContextPolicy(CharTokens()), [CHEAP], [], d.ledger)
+    compactor = Compactor(llm, d.calls, ContextPolicy(CharTokens()), [CHEAP], [], d.ledger)
     done = compactor.compact(messages, CompactRequest(CHEAP, "user", turn=1, keep_tokens=0))
     assert done is not None
     text = next(m for m in done.messages if m.name == SUMMARY_NAME).content or ""

@@ -128,7 +128,7 @@ def test_control_methods_are_honoured_or_refused_with_fugus_reason(
     loopback.script("solo", ["Ahoy."])
     repo = make_repo(tmp_path / "repo")
     options = {"cwd": str(repo), "extraArgs": {"pool": str(pool_file(tmp_path, loopback, "solo"))}}
-    calls = [
+    calls: list[list[Any]] = [
         ["setPermissionMode", "plan"],
         ["setModel", "openai/solo"],
         ["mcpServerStatus"],

@@ -17,6 +17,9 @@ from claude_agent_sdk import (
     AssistantMessage,
     ClaudeAgentOptions,
     ClaudeSDKClient,
+    HookContext,
+    HookInput,
+    HookJSONOutput,
     HookMatcher,
     PermissionResultAllow,
     PermissionResultDeny,
@@ -266,7 +269,7 @@ def test_can_use_tool_is_asked_before_edits_and_commands(tmp_path: Path, loopbac
 def test_hooks_are_refused_clearly(tmp_path: Path, loopback: LoopbackServer) -> None:
     repo = make_repo(tmp_path / "repo")
 
-    async def hook(data: Any, tool_use_id: Any, context: Any) -> dict[str, Any]:
+    async def hook(data: HookInput, tool_use_id: str | None, context: HookContext) -> HookJSONOutput:
         return {}
 
     options = ClaudeAgentOptions(

@@ -86,11 +86,9 @@ def test_codex_exec_fixes_a_failing_test_through_fugu(
     assert any(m["role"] == "tool" and "should be 5" in m["content"] for m in second)
     sessions = rows("SELECT id FROM sessions WHERE mode='pass'")
     assert len(sessions) == 1, sessions  # one Codex thread, one fugu session
-    workers = rows(
-        "SELECT worker, source, status FROM steps WHERE session_id=? ORDER BY rowid", sessions[0][0]
-    )
-    assert [w for w, _, s in workers if s == "ok"] == ["alpha", "beta", "beta", "beta"]
-    assert ("alpha", "provider_error") in [(w, s) for w, _, s in workers]  # alpha failed, beta took over
+    steps = rows("SELECT worker, source, status FROM steps WHERE session_id=? ORDER BY rowid", sessions[0][0])
+    assert [w for w, _, s in steps if s == "ok"] == ["alpha", "beta", "beta", "beta"]
+    assert ("alpha", "provider_error") in [(w, s) for w, _, s in steps]  # alpha failed, beta took over
     notes = {r[0] for r in rows("SELECT text FROM notes WHERE session_id=?", sessions[0][0])}
     assert any(n.startswith("client_metadata") for n in notes) and any(
         "encrypted_content" in n for n in notes

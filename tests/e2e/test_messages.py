@@ -148,6 +148,9 @@ def test_a_pool_the_shipped_router_does_not_know_is_told_the_way_to_a_learned_on
     (hint,) = [line for line in run.stderr.splitlines() if line.startswith("· ")]
     assert hint.startswith("· the shipped router knows 0 of your workers (none); it needs two")
     assert "`fugu eval SUITE`, then `fugu router train --store`" in hint
+    again = fugu("-p", "hi", "--pool", str(pool), cwd=repo)  # said once per FUGU_HOME, not on every run
+    assert again.code == 0, again.stderr
+    assert "shipped router knows" not in again.stderr
     info = fugu("router", "info", "--pool", str(pool), cwd=repo)
     assert info.code == 0 and info.stdout.startswith("a session here uses prior: the shipped router knows 0")
     shipped = fugu("router", "info", "default", cwd=repo)

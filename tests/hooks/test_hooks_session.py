@@ -8,6 +8,7 @@ import json
 import os
 import re
 import textwrap
+from collections.abc import Mapping
 from pathlib import Path
 
 from rich.console import Console
@@ -29,7 +30,7 @@ def _session(tmp_path: Path, llm: ScriptedLLM, hooks: str, approver: object = No
     return build_session(opts, llm=llm, approver=approver)  # type: ignore[arg-type]
 
 
-def _answer(tmp_path: Path, name: str, reply: dict[str, object]) -> str:
+def _answer(tmp_path: Path, name: str, reply: Mapping[str, object]) -> str:
     """A hook command that prints `reply` (kept in the repository: the sandbox's /tmp is its own)."""
     script = tmp_path / "repo" / ".fugu" / "hooks" / name
     script.parent.mkdir(parents=True, exist_ok=True)

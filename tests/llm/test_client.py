@@ -8,6 +8,8 @@ import dataclasses
 import json
 import logging
 import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -15,13 +17,15 @@ from collections.abc import Iterator
 
 import pytest
 
+from fugu_cli.calls import RetryPolicy
 from fugu_cli.errors import Interrupted, ProviderError
 from fugu_cli.llm.client import LOCAL_DUMMY_KEY, ClientConfig, LiteLLMClient, load_litellm
-from fugu_cli.types import Message, ToolCall, Worker
+from fugu_cli.types import Completion, Message, ToolCall, Worker
+from tests.calls_kit import through_calls
 from tests.helpers import call, tool_reply
 from tests.loopback import LoopbackServer, RecordedRequest, SilentServer
 
-FAST = ClientConfig(timeout_s=5.0, max_retries=2, backoff_base_s=0.01)
+FAST = ClientConfig(timeout_s=5.0)
 SHELL_TOOL = {
     "type": "function",
     "function": {
@@ -147,10 +151,15 @@ def test_unknown_price_costs_zero_and_warns_once(
     assert [r.getMessage() for r in caplog.records if model in r.getMessage()] == seen
 
 
+def complete(client: LiteLLMClient, worker: Worker, retry: RetryPolicy | None = None) -> Completion:
+    """One call with retries, as fugu makes it (the worker-call service around the client's attempts)."""
+    return through_calls(worker, lambda w: client.complete(w, TASK, []), *(() if retry is None else (retry,)))
+
+
 def test_rate_limit_then_success_is_retried(path: str, loopback: LoopbackServer) -> None:
     loopback.script("test-model", [{"fault": 429}, {"fault": 429, "retry_after": 0.4}, "finally"])
     start = time.monotonic()
-    done = LiteLLMClient(on(path)).complete(openai_worker(loopback), TASK, [])
+    done = complete(LiteLLMClient(on(path)), openai_worker(loopback))
     assert done.message.content == "finally"
     assert [r.status for r in loopback.requests] == [429, 429, 200]
     gap = loopback.requests[2].arrived - loopback.requests[1].finished  # type: ignore[operator]
@@ -160,9 +169,9 @@ def test_rate_limit_then_success_is_retried(path: str, loopback: LoopbackServer)
 
 def test_server_errors_exhaust_retries(path: str, loopback: LoopbackServer) -> None:
     loopback.script("test-model", [{"fault": 500}] * 6)
-    config = ClientConfig(timeout_s=5.0, max_retries=3, backoff_base_s=0.01)
+    retry = RetryPolicy(max_retries=3, backoff_base_s=0.01)
     with pytest.raises(ProviderError) as err:
-        LiteLLMClient(on(path, config)).complete(openai_worker(loopback), TASK, [])
+        complete(LiteLLMClient(on(path)), openai_worker(loopback), retry)
     assert len(loopback.requests) == 4
     assert err.value.worker == "w-open" and err.value.retryable
     message = str(err.value)
@@ -172,18 +181,18 @@ def test_server_errors_exhaust_retries(path: str, loopback: LoopbackServer) -> N
 
 def test_timeout_is_retried_then_fails_in_bounded_time(path: str, loopback: LoopbackServer) -> None:
     loopback.script("test-model", [{"fault": "timeout", "sleep_s": 5}] * 3)
-    config = ClientConfig(timeout_s=0.3, max_retries=1, backoff_base_s=0.01)
+    config = ClientConfig(timeout_s=0.3)
     load_litellm()  # its import (seconds when this test runs first) is not the provider's time
     start = time.monotonic()
     with pytest.raises(ProviderError, match="timed out"):
-        LiteLLMClient(on(path, config)).complete(openai_worker(loopback), TASK, [])
+        complete(LiteLLMClient(on(path, config)), openai_worker(loopback), RetryPolicy(1, 0.01))
     assert time.monotonic() - start < 2.5
     assert len(loopback.requests) == 2
 
 
 def test_malformed_json_is_retried(path: str, loopback: LoopbackServer) -> None:
     loopback.script("test-model", [{"fault": "malformed"}, "recovered"])
-    done = LiteLLMClient(on(path)).complete(openai_worker(loopback), TASK, [])
+    done = complete(LiteLLMClient(on(path)), openai_worker(loopback))
     assert done.message.content == "recovered"
     assert len(loopback.requests) == 2
 
@@ -191,7 +200,7 @@ def test_malformed_json_is_retried(path: str, loopback: LoopbackServer) -> None:
 def test_unauthorized_is_not_retried(path: str, loopback: LoopbackServer) -> None:
     loopback.script("test-model", [{"fault": 401}, "never reached"])
     with pytest.raises(ProviderError) as err:
-        LiteLLMClient(on(path)).complete(openai_worker(loopback), TASK, [])
+        complete(LiteLLMClient(on(path)), openai_worker(loopback))
     assert not err.value.retryable
     assert len(loopback.requests) == 1 and "401" in str(err.value)
 
@@ -200,10 +209,9 @@ def test_connection_refused_is_retried_then_fails(path: str) -> None:
     server = LoopbackServer().start()
     worker = openai_worker(server)
     server.stop()
-    with pytest.raises(ProviderError, match="w-open"):
-        LiteLLMClient(on(path, ClientConfig(timeout_s=2.0, max_retries=1, backoff_base_s=0.01))).complete(
-            worker, TASK, []
-        )
+    with pytest.raises(ProviderError, match="w-open") as err:
+        complete(LiteLLMClient(on(path, ClientConfig(timeout_s=2.0))), worker, RetryPolicy(1, 0.01))
+    assert err.value.retryable and "after 2 attempts" in str(err.value)
 
 
 def test_missing_key_fails_before_any_request(path: str, loopback: LoopbackServer) -> None:
@@ -316,7 +324,7 @@ def test_anthropic_shape_text_and_tool_use(loopback: LoopbackServer) -> None:
 
 def test_anthropic_shape_rate_limit_retried(loopback: LoopbackServer) -> None:
     loopback.script("claude-test", [{"fault": 429}, "fine"])
-    done = LiteLLMClient(FAST).complete(anthropic_worker(loopback), TASK, [])
+    done = complete(LiteLLMClient(FAST), anthropic_worker(loopback))
     assert done.message.content == "fine" and len(loopback.requests) == 2
 
 
@@ -361,7 +369,7 @@ def silent() -> Iterator[SilentServer]:
     server.close()
 
 
-SILENT = ClientConfig(timeout_s=20.0, max_retries=2, backoff_base_s=0.01, first_byte_timeout_s=0.5)
+SILENT = ClientConfig(timeout_s=20.0, first_byte_timeout_s=0.5)
 
 
 # through litellm a reply nobody shows is asked whole: it has timeout_s only (the next test)
@@ -377,8 +385,9 @@ def test_silent_worker_is_cut_off_after_the_first_byte_timeout_without_retry(
     worker = Worker(name="w-mute", model="openai/test-model", api_base=silent.base_url)
     load_litellm()  # its import is not the worker's silence
     start = time.monotonic()
-    with pytest.raises(ProviderError, match=r"sent nothing for 0\.5 s") as err:
-        client.complete(worker, TASK, [], on_text=(lambda _t: None) if shown else None)
+    on_text = (lambda _t: None) if shown else None
+    with pytest.raises(ProviderError, match=r"sent nothing for 0\.5 s") as err:  # retries allowed, none made
+        through_calls(worker, lambda w: client.complete(w, TASK, [], on_text=on_text))
     assert 0.5 <= time.monotonic() - start < 3.0  # not timeout_s, and not three attempts
     assert not err.value.retryable and err.value.worker == "w-mute"
     assert silent.connections == 1 and silent.posts == 1
@@ -393,7 +402,7 @@ def test_whole_replies_have_the_overall_timeout_only(path: str, stream: bool, si
     """`[llm] stream = false` (and litellm's calls whose text nobody shows): a whole reply shows no sign of
     life before it is complete, which may rightly take long, so only `timeout_s` (retried as ever) cuts a
     silent worker."""
-    config = dataclasses.replace(SILENT, stream=stream, timeout_s=1.5, max_retries=0)
+    config = dataclasses.replace(SILENT, stream=stream, timeout_s=1.5)
     worker = Worker(name="w-mute", model="openai/test-model", api_base=silent.base_url)
     load_litellm()
     start = time.monotonic()
@@ -431,3 +440,23 @@ def test_a_server_that_ignores_stream_is_still_understood() -> None:
         )
     assert done.message.content == "looking" and pieces == ["looking"]
     assert [(c.name, json.loads(c.arguments)) for c in done.message.tool_calls] == [("shell", {"cmd": "ls"})]
+
+
+def test_warming_for_openai_compatible_priced_workers_leaves_litellm_unloaded() -> None:
+    """The REPL warms the client for its pool: litellm (150 MiB, seconds) only comes in for a worker that
+    needs it, one litellm translates for or whose reply is priced from litellm's table."""
+    code = (
+        "import sys\n"
+        "from fugu_cli.llm.client import LiteLLMClient\n"
+        "from fugu_cli.types import Worker\n"
+        "base = 'http://127.0.0.1:9/v1'\n"
+        "local = Worker(name='q', model='openai/qwen', api_base=base, price_in=0, price_out=0)\n"
+        "client = LiteLLMClient()\n"
+        "client.warm([local])\n"
+        "unpriced = Worker(name='u', model='openai/qwen', api_base=base)\n"
+        "claude = Worker(name='c', model='anthropic/claude-sonnet-4-5')\n"
+        "print('litellm' in sys.modules, client.needs_litellm(local), client.needs_litellm(unpriced),\n"
+        "      client.needs_litellm(claude))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False", "True", "True"]

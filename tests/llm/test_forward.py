@@ -1,5 +1,6 @@
 """The pass-through call (`llm/forward.py`) on both of its paths against loopback servers: OpenAI-compatible
-workers posted to directly, an Anthropic-shaped worker through litellm. Same retries, same OpenAI shapes."""
+workers posted to directly, an Anthropic-shaped worker through litellm. One attempt a call, retried by the
+worker-call service as the agent's are; the same OpenAI shapes."""
 
 from __future__ import annotations
 
@@ -7,17 +8,20 @@ import json
 
 import pytest
 
+from fugu_cli.calls import RetryPolicy
 from fugu_cli.errors import ProviderError
 from fugu_cli.llm.client import ClientConfig
 from fugu_cli.llm.forward import Forwarder, RequestRejected
 from fugu_cli.types import Worker
+from tests.calls_kit import through_calls
 from tests.loopback import LoopbackServer
 
 TOOL = {
     "type": "function",
     "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}},
 }
-FAST = ClientConfig(max_retries=2, backoff_base_s=0.0, backoff_max_s=0.0)
+FAST = ClientConfig()
+RETRY = RetryPolicy(max_retries=2, backoff_base_s=0.0, backoff_max_s=0.0)
 
 
 def _workers(server: LoopbackServer) -> list[Worker]:
@@ -63,11 +67,12 @@ def test_retries_then_gives_up_with_a_provider_error(loopback: LoopbackServer, i
     worker = _workers(loopback)[index]
     loopback.script(worker.model, [{"fault": 500}, {"fault": 429}, "third time"])
     forwarder = Forwarder(FAST)
-    body = forwarder.complete(worker, {"messages": [{"role": "user", "content": "hi"}]}).body
+    params = {"messages": [{"role": "user", "content": "hi"}]}
+    body = through_calls(worker, lambda w: forwarder.complete(w, params), RETRY).body
     assert body["choices"][0]["message"]["content"] == "third time"
     loopback.script(worker.model, [{"fault": 503}] * 3)
     with pytest.raises(ProviderError) as failed:
-        forwarder.stream(worker, {"messages": [{"role": "user", "content": "hi"}]})
+        through_calls(worker, lambda w: forwarder.stream(w, params), RETRY)
     assert "after 3 attempts" in str(failed.value) and not isinstance(failed.value, RequestRejected)
     assert len(loopback.requests_for(worker.model)) == 6
 
@@ -75,6 +80,7 @@ def test_retries_then_gives_up_with_a_provider_error(loopback: LoopbackServer, i
 def test_a_refusal_is_not_retried_and_names_the_parameter(loopback: LoopbackServer) -> None:
     worker = _workers(loopback)[0]
     loopback.script(worker.model, [{"fault": 400}])
+    params = {"messages": [{"role": "user", "content": "hi"}], "seed": 1}
     with pytest.raises(RequestRejected):
-        Forwarder(FAST).complete(worker, {"messages": [{"role": "user", "content": "hi"}], "seed": 1})
+        through_calls(worker, lambda w: Forwarder(FAST).complete(w, params), RETRY)
     assert len(loopback.requests_for(worker.model)) == 1

@@ -51,7 +51,8 @@ def test_usage_and_cost() -> None:
 
 
 def test_error_entry_raises_provider_error() -> None:
-    llm = ScriptedLLM([{"error": "429"}, {"error": "401"}, {"content": "after"}])
+    """An error is the worker giving up; marked retryable it is one failed attempt the service retries."""
+    llm = ScriptedLLM([{"error": "429", "retryable": True}, {"error": "401"}, {"content": "after"}])
     with pytest.raises(ProviderError) as first:
         llm.complete(A, TASK, [])
     assert first.value.retryable and first.value.worker == "alpha" and "429" in str(first.value)

@@ -13,7 +13,7 @@ from fugu_cli.llm.tokens import DEFAULT_WINDOW, CharTokens, LiteLLMTokens, reque
 from fugu_cli.types import Message, ToolCall, Worker
 from tests.loopback import LoopbackServer
 
-FAST = ClientConfig(timeout_s=5.0, max_retries=2, backoff_base_s=0.01)
+FAST = ClientConfig(timeout_s=5.0)
 TASK = [Message("system", "You are fugu."), Message("user", "list the files")]
 OPENAI_OVERFLOW = {
     "fault": 400,

@@ -61,7 +61,7 @@ def _message(rng: random.Random, i: int, open_ids: list[str]) -> Message:
     if kind == "orphan":
         return Message("tool", f"late {i}", tool_call_id=f"gone{i}", name="shell")
     if kind in ("user", "system"):
-        return Message(kind, rng.choice([f"say {i}", None]))
+        return Message("user" if kind == "user" else "system", rng.choice([f"say {i}", None]))
     return Message("assistant", f"answer {i}")
 
 

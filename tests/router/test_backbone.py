@@ -153,3 +153,25 @@ def test_loading_the_default_backbone_imports_no_transformers() -> None:
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_backbone_that_needs_transformers_says_how_to_get_it(tmp_path: Path) -> None:
+    """transformers is an optional extra: without it, the embedded MiniLM still loads, and a checkpoint on
+    another backbone fails with a line saying what to install."""
+    model = tmp_path / "qwen-like"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "qwen3", "hidden_size": 64}')
+    code = (
+        "import sys\n"
+        "sys.modules['transformers'] = None  # as in an install without the extra\n"
+        "from fugu_cli.errors import ConfigError\n"
+        "from fugu_cli.router.backbone import load_backbone\n"
+        "load_backbone('minilm').encode(['user: hello'])\n"
+        "try:\n"
+        f"    load_backbone({str(model)!r})\n"
+        "except ConfigError as e:\n"
+        "    print(e)\n"
+    )
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert "needs transformers" in out.stdout and "fugu-cli[transformers]" in out.stdout

@@ -3,7 +3,9 @@ tasks on a real local Ray instance."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -12,6 +14,9 @@ from fugu_cli.router.backbone import tiny_qwen3_backbone
 from fugu_cli.router.embed_cache import encode_prompts
 from fugu_cli.router.executor import LocalExecutor, ProcessExecutor, RayExecutor, chunked
 from tests.ray_kit import RayInstance
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def test_chunks_cover_the_items_in_order() -> None:
@@ -48,7 +53,7 @@ def test_embedding_on_ray_equals_embedding_here(tmp_path: Path, ray_instance: Ra
 class _Refuses:
     width = 2
 
-    def map(self, fn: object, chunks: object) -> list[object]:
+    def map(self, fn: Callable[[T], R], chunks: Sequence[T]) -> list[R]:
         raise AssertionError("everything should have come from the cache")
 
     def close(self) -> None:

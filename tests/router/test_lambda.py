@@ -92,10 +92,12 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[float,
 def test_a_higher_lambda_gives_cheaper_choices(trained: tuple[Path, dict[float, dict[str, object]]]) -> None:
     root, reports = trained
     data = load_dataset(root / "data")
+    assert data.cost is not None
+    costs = data.cost
     cost = {
-        pid: {w: float(data.cost[i, j]) for j, w in enumerate(data.workers)}
+        pid: {w: float(costs[i, j]) for j, w in enumerate(data.workers)}
         for i, pid in enumerate(data.prompt_ids)
-    }  # type: ignore[index]
+    }
     spent = []
     for lam, report in reports.items():
         choices = report["choices"]

@@ -4,6 +4,7 @@ that cannot load or dies makes a RouterFailed (the session then falls back to th
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
@@ -82,3 +83,27 @@ def test_a_checkpoint_that_cannot_load_and_a_dead_child_are_router_failures(tmp_
             alive.pick(state, POOL)
     finally:
         alive.close()
+
+
+def test_what_the_router_process_says_on_stderr_goes_to_the_log(tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(default_checkpoint(), broken)
+    (broken / "router.safetensors").write_bytes(b"not a tensor file")
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("fugu")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)  # as `logs.setup` leaves it
+    remote = RouterProcess(broken, None)
+    try:
+        with pytest.raises(RouterFailed):
+            remote.pick(RouteState(messages=tuple(_steps(1)), step=1), POOL)
+    finally:
+        remote.close()
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    said = [line for line in seen if line.startswith("router process: ")]
+    assert said and said[0] == "router process: Traceback (most recent call last):"
+    assert any("router.safetensors" in line or "Error" in line for line in said[1:])

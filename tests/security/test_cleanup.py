@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -21,8 +22,23 @@ def test_checkpoint_refs_of_older_sessions_are_pruned(tmp_path: Path) -> None:
         session = build_session(RunOptions(cwd=repo, pool=str(pool), permission_mode="full-auto"), llm=llm)
         assert session.run_turn(f"write f{n}").status == "success"
         sessions.append(session.id)
-        time.sleep(1.1)  # sessions are ranked by their checkpoints' commit times, which git keeps in seconds
+        _redate(repo, session.id, int(time.time()) - 100 + n)  # in the order they ran, a second apart
     refs = git(repo, "for-each-ref", "--format=%(refname)", "refs/fugu/checkpoints/").split()
     owners = {sid for sid in sessions if any(sid in r for r in refs)}
     assert owners == set(sessions[1:])  # the oldest session's refs went; the two newest kept
     assert sessions[-1] in " ".join(refs)
+
+
+def _redate(repo: Path, sid: str, when: int) -> None:
+    """Give a session's checkpoints the commit time `when`: sessions are ranked by their checkpoints' commit
+    times, which git keeps in whole seconds, and these three ran within one."""
+    refs = git(repo, "for-each-ref", "--format=%(refname)", f"refs/fugu/checkpoints/{sid}*").split()
+    assert refs
+    env = {**os.environ, "GIT_COMMITTER_DATE": f"@{when} +0000"}
+    for ref in refs:
+        tree = git(repo, "rev-parse", f"{ref}^{{tree}}").strip()
+        commit = subprocess.run(
+            ["git", "commit-tree", tree, "-m", "checkpoint"],
+            cwd=repo, env=env, check=True, capture_output=True, text=True,
+        ).stdout.strip()  # fmt: skip
+        git(repo, "update-ref", ref, commit)

@@ -37,7 +37,7 @@ def test_concurrent_continues_serialise_and_keep_every_message(
     store = Store(Path(os.environ["FUGU_HOME"]) / "fugu.db")
     (session,) = store.list_sessions()
     messages = [m for _, m in store.load_messages(session.id)]
-    users = [m.content for m in messages if m.role == "user"]
+    users = [m.content or "" for m in messages if m.role == "user"]
     assert users[0] == "first" and sorted(users[1:]) == sorted(f"task {n}" for n in range(6))
     assert [m.role for m in messages] == ["system"] + ["user", "assistant"] * 7  # turns never interleaved
     # each turn saw every earlier one: the last request carried all seven tasks

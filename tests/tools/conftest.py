@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from fugu_cli.tools import PermissionMode, PermissionPolicy, ToolContext
+from fugu_cli.tools import PermissionPolicy, ToolContext
 from fugu_cli.tools.registry import ToolRegistry
-from fugu_cli.types import ToolCall, ToolResult
+from fugu_cli.types import PermissionMode, ToolCall, ToolResult
 
 
 def git(root: Path, *args: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -200,7 +201,7 @@ def test_approver_yes_sees_diff_before_write(
     assert "-# demo" in request.detail and "+# shiny" in request.detail
     assert approver.readme_at_ask == ["# demo\n"]
     assert (repo / "README.md").read_text() == "# shiny\n"
-    assert ctx.policy.allow == []
+    assert ctx.policy.allow == ()
 
 
 def test_approver_no_declines(repo: Path, call: Call, make_ctx: Callable[..., ToolContext]) -> None:
@@ -213,15 +214,20 @@ def test_approver_no_declines(repo: Path, call: Call, make_ctx: Callable[..., To
     assert (repo / "README.md").exists()
 
 
-def test_approver_always_is_remembered(repo: Path, call: Call, make_ctx: Callable[..., ToolContext]) -> None:
+def test_approver_always_is_granted_to_whoever_owns_the_run(
+    repo: Path, call: Call, make_ctx: Callable[..., ToolContext]
+) -> None:
     approver = Approver("always", repo)
-    ctx = make_ctx("ask", approve=approver)
+    granted: list[str] = []
+    ctx = make_ctx("ask", approve=approver, grant=granted.append)
     assert not call("shell", ctx=ctx, command="git status --short").is_error
-    assert ctx.policy.allow == ["shell:git status"]
-    assert not call("shell", ctx=ctx, command="git status").is_error
+    # the context is a value: the grant goes to its owner (the agent run, the session), which keeps it
+    assert granted == ["shell:git status"] and ctx.policy.allow == ()
+    later = dataclasses.replace(ctx, policy=ctx.policy.allowing(*granted))
+    assert not call("shell", ctx=later, command="git status").is_error
     assert len(approver.requests) == 1
     approver.answer = "no"
-    assert call("shell", ctx=ctx, command="git log -1").denied  # another git subcommand still asks
+    assert call("shell", ctx=later, command="git log -1").denied  # another git subcommand still asks
     assert len(approver.requests) == 2
 
 

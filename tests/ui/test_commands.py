@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ class Ctx:
         self.console = Console(file=self.out, width=100, force_terminal=False)
         self.session = session
         self.switched: list[str | None] = []
+        self.prompts: list[tuple[str, str | None, tuple[str, ...]]] = []
         self.stopped = False
 
     def switch_session(self, resume: str | None) -> None:
@@ -32,6 +34,9 @@ class Ctx:
 
     def stop(self) -> None:
         self.stopped = True
+
+    def run_prompt(self, text: str, worker: str | None = None, allow: Sequence[str] = ()) -> None:
+        self.prompts.append((text, worker, tuple(allow)))
 
     def run(self, line: str) -> str:
         start = self.out.tell()
@@ -108,7 +113,7 @@ def test_pool_lists_workers_prices_and_the_routers_last_view(ctx: Ctx) -> None:
 
 
 def test_diff_then_undo_restores_the_file_then_nothing_to_undo(ctx: Ctx) -> None:
-    root = ctx.session.config.root
+    root = ctx.session.root
     assert (root / "calc.py").read_text() == FIXED
     out = ctx.run("/diff")
     assert "-    return a - b" in out and "+    return a + b" in out
@@ -129,7 +134,7 @@ def test_undo_skips_a_later_turn_that_changed_nothing(ctx: Ctx) -> None:
     assert ctx.session.run_turn("run the test").status == "success"
     assert len(ctx.session.checkpoints) == 2  # the command might have changed files, so it got one too
     assert "calc.py" in ctx.run("/undo")
-    assert (ctx.session.config.root / "calc.py").read_text() == BUGGY
+    assert (ctx.session.root / "calc.py").read_text() == BUGGY
 
 
 def test_undo_works_after_resuming(ctx: Ctx, tmp_path: Path) -> None:
@@ -141,7 +146,7 @@ def test_undo_works_after_resuming(ctx: Ctx, tmp_path: Path) -> None:
 
 
 def test_commit_commits_with_the_last_task_as_message(ctx: Ctx) -> None:
-    root = ctx.session.config.root
+    root = ctx.session.root
     out = ctx.run("/commit")
     assert "Committed" in out
     assert git(root, "log", "-1", "--format=%s").strip() == "fix the failing test"
@@ -151,15 +156,15 @@ def test_commit_commits_with_the_last_task_as_message(ctx: Ctx) -> None:
 
 def test_worker_is_sticky_until_auto(ctx: Ctx) -> None:
     assert "every step goes to beta" in ctx.run("/worker beta")
-    assert ctx.session.config.forced_worker == "beta"
+    assert ctx.session.settings().worker == "beta"
     result = ctx.session.run_turn("say hi")
     assert list(result.workers) == ["beta"]
     assert ctx.session.ledger.steps()[-1].source == "override"
     assert "did you mean beta?" in ctx.run("/worker betta")
-    assert ctx.session.config.forced_worker == "beta"
+    assert ctx.session.settings().worker == "beta"
     assert "worker: beta" in ctx.run("/worker")
     ctx.run("/worker auto")
-    assert ctx.session.config.forced_worker is None
+    assert ctx.session.settings().worker is None
 
 
 def test_unknown_commands_suggest_the_nearest(ctx: Ctx) -> None:
@@ -206,7 +211,7 @@ def test_ultra_on_renders_the_workflow_and_memory_shows_what_it_learned(tmp_path
     result = ctx.session.run_turn("does the test pass?", renderer.on_event)
     shown = ctx.out.getvalue()[start:]
     assert result.status == "success"
-    assert "◆ workflow 1 (conductor, 1 step)\n  0. beta: Run the test." in shown
+    assert "◆ workflow 1 (conductor: prompted conductor alpha, 1 step)\n  0. beta: Run the test." in shown
     assert "▸ step 0 · beta started" in shown
     assert "  [0] beta ▸ $ python3 test_calc.py  exit 1" in shown
     assert "✓ step 0 · beta · success" in shown

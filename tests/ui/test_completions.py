@@ -53,7 +53,22 @@ def complete(*words: str) -> list[str]:
 @pytest.mark.parametrize(
     ("words", "expected"),
     [
-        (("",), ["pool", "doctor", "completion", "demo", "eval", "serve", "sessions", "router", "mcp"]),
+        (
+            ("",),
+            [
+                "pool",
+                "doctor",
+                "completion",
+                "demo",
+                "eval",
+                "serve",
+                "acp",
+                "sessions",
+                "router",
+                "conductor",
+                "mcp",
+            ],
+        ),
         (("mcp", ""), ["list"]),
         (("mcp", "list", "--"), ["--json", "--trust-project", "--help"]),
         (("--perm",), ["--permission-mode", "--permission-prompt-tool", "--permission-prompts"]),
@@ -72,7 +87,8 @@ def complete(*words: str) -> list[str]:
             ],
         ),
         (("--output-format", "s"), ["stream-json"]),
-        (("sessions", ""), ["show"]),
+        (("sessions", ""), ["show", "export"]),
+        (("sessions", "export", "x", "--format", ""), ["md", "json", "html"]),
         (("sessions", "--l"), ["--limit"]),
         (("--continue", "router", ""), ["info", "train", "eval"]),
         (("pool", "--j"), ["--json"]),
@@ -119,20 +135,20 @@ def test_zsh_completes_subcommands_options_and_choices() -> None:
         zsh_complete("--perm")
     )
     assert zsh_complete("--permission-mode", "")[:4] == ["ask", "auto-edit", "full-auto", "read-only"]
-    assert zsh_complete("sessions", "") == ["show"]
+    assert zsh_complete("sessions", "") == ["show", "export"]
     assert zsh_complete("--pool", "") == ["<files>"]
 
 
 @pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed (apt-get install fish)")
 def test_fish_completes_subcommands_options_and_choices() -> None:
     assert {"pool", "doctor", "sessions", "router"} <= set(fish_complete("fugu "))
-    assert fish_complete("fugu --perm") == [
+    assert sorted(fish_complete("fugu --perm")) == [  # in fish's own order, which is not sorted()'s
         "--permission-mode",
         "--permission-prompt-tool",
         "--permission-prompts",
     ]
     assert "acceptEdits" in fish_complete("fugu --permission-mode ")
-    assert fish_complete("fugu sessions ") == ["show"]
+    assert sorted(fish_complete("fugu sessions ")) == ["export", "show"]
 
 
 def test_the_installed_command_prints_the_shipped_scripts() -> None:

@@ -20,7 +20,8 @@ from fugu_cli.events import (
 )
 from fugu_cli.tools import ApprovalRequest
 from fugu_cli.types import Message, RouteDecision, ToolCall, ToolResult, TurnResult, Usage, WorkerUsage
-from fugu_cli.ui.render import Renderer, approval_text, diff_text, tool_summary, transcript_text
+from fugu_cli.ui.phrases import tool_summary
+from fugu_cli.ui.render import Renderer, approval_text, diff_text, transcript_text
 
 DIFF = (
     "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n"

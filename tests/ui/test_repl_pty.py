@@ -7,6 +7,7 @@ import os
 import re
 import sqlite3
 import sys
+import termios
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,9 +75,6 @@ class Term:
         self.log = repo.parent / "pty.log"
         self.text = ""
         self.pos = 0
-        # a dumb terminal's prompt is printed before the tty is switched to raw mode: keys sent in between
-        # are echoed by the tty and lost, so wait a moment as a person would
-        self.settle_s = 0.5 if term == "dumb" else 0.0
 
     def expect(self, pattern: str, timeout: float = 15) -> re.Match[str]:
         deadline = time.monotonic() + timeout
@@ -107,9 +105,18 @@ class Term:
     def send(self, keys: str) -> None:
         self.child.send(keys)
 
+    def wait_raw(self, timeout: float = 15) -> None:
+        """Until the prompt has switched the tty to raw mode: a key sent before that (a dumb terminal's prompt
+        is printed first) is echoed by the tty in canonical mode and lost."""
+        deadline = time.monotonic() + timeout
+        while termios.tcgetattr(self.child.child_fd)[3] & termios.ICANON:
+            if time.monotonic() > deadline:
+                raise AssertionError("the prompt never switched the terminal to raw mode")
+            time.sleep(0.01)
+
     def turn(self, text: str) -> None:
         self.expect(PROMPT)
-        time.sleep(self.settle_s)
+        self.wait_raw()
         self.send(text + "\r")
 
     def finished(self) -> None:
@@ -122,6 +129,7 @@ class Term:
         return int(self.child.exitstatus or 0)
 
     def quit(self) -> None:
+        self.wait_raw()
         self.child.sendcontrol("d")
         assert self.exit_code() == 0
 
@@ -196,7 +204,7 @@ def test_ctrl_c_cuts_a_slow_step_and_the_session_goes_on(repo: Path, server: Loo
     deadline = time.monotonic() + SLOW
     while not server.requests_for("alpha") and time.monotonic() < deadline:
         time.sleep(0.05)  # the slow reply is on its way (litellm may still have been importing)
-    time.sleep(0.3)
+    child.expect("alpha is thinking")
     started = time.monotonic()
     child.child.sendintr()
     child.expect("interrupting")
@@ -256,16 +264,16 @@ def test_worker_sticks_history_survives_and_continue_resumes(repo: Path, server:
     child.expect("› second task")
     child.expect("Beta took the second.")
     child.expect(r"fugu \[beta\] ›")
-    time.sleep(0.5)
+    child.wait_raw()
     child.send("\x1b[A")  # Up: the last line typed before the restart
     child.expect("second task")
     child.send("\x03")  # Ctrl-C clears the line; Ctrl-R searches the history instead
     child.send("\x12")
     child.send("firs")
     child.expect("first task")
-    child.send("\r")
-    time.sleep(0.2)
-    child.send("\r")
+    child.send("\r")  # the search's line is taken...
+    child.expect(r"› first task")
+    child.send("\r")  # ...and sent
     child.expect("Beta again, resumed.", timeout=SLOW)
     child.finished()
     child.quit()
@@ -300,5 +308,5 @@ def test_a_dumb_narrow_terminal_still_works(repo: Path) -> None:
     child.expect(r"did you mean /worker\?")
     child.expect(PROMPT)
     assert "\x1b[3" not in (repo.parent / "pty.log").read_text()  # no colour codes at all
-    time.sleep(0.5)  # a dumb terminal's prompt is printed before the tty is switched to raw mode
+    child.wait_raw()  # a dumb terminal's prompt is printed before the tty is switched to raw mode
     child.quit()
