@@ -224,8 +224,12 @@ class _Handler(BaseHTTPRequestHandler):
             body = {"_raw": raw.decode("utf-8", "replace")}
         rec = self._record(body)
         path = self.path.split("?", 1)[0].rstrip("/")
-        if path in ("/v1/embeddings", "/embeddings"):
-            self._send_json(rec, 200, _embeddings(body))
+        if path in ("/v1/embeddings", "/embeddings"):  # vectors, or a fault scripted for the model
+            queued = self.loopback.next_reply(rec.model) if self.loopback.pending(rec.model or "") else {}
+            if "fault" in queued:
+                self._fault(rec, queued)
+            else:
+                self._send_json(rec, 200, _embeddings(body))
             return
         if path not in ("/v1/chat/completions", "/chat/completions", "/v1/messages", "/messages"):
             self._send_json(rec, 404, {"error": {"message": f"no route {self.path}"}})

@@ -345,6 +345,36 @@ def test_embeddings_without_a_declaring_worker_say_how_to_declare_one(
     assert status == 404 and 'embedding_model = "openai/text-embedding-3-small"' in data["error"]["message"]
 
 
+def test_an_embedding_worker_that_fails_is_retried_then_cools_down(
+    tmp_path: Path, loopback: LoopbackServer, serve: Serve
+) -> None:
+    import os
+
+    (Path(os.environ["FUGU_HOME"]) / "config.toml").write_text(
+        "[llm]\nmax_retries = 1\nbackoff_base_s = 0.01\n"
+    )
+    loopback.script("embed-small", [{"fault": 503}, {"fault": 503}])
+    workers = [
+        {"name": "chat", "model": "openai/chat", "api_base": loopback.base_url, "priority": 2},
+        {
+            "name": "vectors",
+            "model": "openai/v",
+            "api_base": loopback.base_url,
+            "embedding_model": "openai/embed-small",
+        },
+    ]
+    server = serve(write_pool(tmp_path / "pool.toml", workers))
+    status, data, headers = post(server.url, {"model": "fugu", "input": "x"}, path="/embeddings")
+    assert status == 502 and headers["x-should-retry"] == "false", data
+    message = data["error"]["message"]
+    assert "every worker failed" in message and "vectors" in message and "after 2 attempts" in message
+    assert len([r for r in loopback.requests if r.path.endswith("/embeddings")]) == 2
+    # the worker's health is shared with chat calls: it cools down, and nothing is sent until it is probed
+    status, data, headers = post(server.url, {"model": "fugu", "input": "x"}, path="/embeddings")
+    assert status == 503 and data["error"]["code"] == "workers_cooling_down" and "Retry-After" in headers
+    assert len([r for r in loopback.requests if r.path.endswith("/embeddings")]) == 2
+
+
 def test_legacy_completions_are_refused_with_what_to_use(
     tmp_path: Path, loopback: LoopbackServer, serve: Serve
 ) -> None:
