@@ -354,7 +354,7 @@ def test_an_embedding_worker_that_fails_is_retried_then_cools_down(
         "[llm]\nmax_retries = 1\nbackoff_base_s = 0.01\n"
     )
     loopback.script("embed-small", [{"fault": 503}, {"fault": 503}])
-    workers = [
+    workers: list[dict[str, Any]] = [
         {"name": "chat", "model": "openai/chat", "api_base": loopback.base_url, "priority": 2},
         {
             "name": "vectors",
