@@ -142,6 +142,22 @@ def run(
             "--include-partial-messages", help="stream-json: also send the workers' text as it comes."
         ),
     ] = False,
+    await_initialize: Annotated[
+        bool,
+        typer.Option(
+            "--await-initialize",
+            help="stream-json: wait for the client's initialize request (its system prompt, MCP servers) "
+            "before starting.",
+        ),
+    ] = False,
+    permission_prompts: Annotated[
+        str | None,
+        typer.Option(
+            "--permission-prompts",
+            help="host: the client answers permission questions (with --permission-prompt-tool stdio); "
+            "none: what would be asked is refused.",
+        ),
+    ] = None,
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="Allow edits and commands (same as full-auto).")
     ] = False,
@@ -178,6 +194,9 @@ def run(
     debug: Annotated[
         bool, typer.Option("--debug", help="Also print fugu's log (kept in FUGU_HOME/logs) on stderr.")
     ] = False,
+    debug_file: Annotated[
+        Path | None, typer.Option("--debug-file", help="Also write fugu's full log to this file.")
+    ] = None,
     no_repo_map: Annotated[
         bool, typer.Option("--no-repo-map", help="Give the workers no repository map at each turn.")
     ] = False,
@@ -198,7 +217,7 @@ def run(
     from fugu_cli.options import RunOptions
     from fugu_cli.ui import run as runner
 
-    logs.setup(debug=debug)
+    logs.setup(debug=debug, debug_file=debug_file)
     opts = RunOptions(
         cwd=Path.cwd(),
         pool=pool,
@@ -223,6 +242,7 @@ def run(
         format=output_format.value,
         input_format=input_format.value,
         notes=tuple(ctx.obj or ()),
+        await_initialize=await_initialize,
     )
     flags = runner.Flags(
         model=model,
@@ -236,6 +256,7 @@ def run(
         append_system_prompt=append_system_prompt,
         prompt_tool=prompt_tool,
         partial=partial,
+        permission_prompts=permission_prompts,
     )
     raise typer.Exit(runner.main(opts, out, flags))
 
@@ -491,6 +512,10 @@ def serve_cmd(
         list[str] | None,
         typer.Option("--cors-origin", metavar="ORIGIN", help="Let web pages from ORIGIN call (repeatable)."),
     ] = None,
+    store_days: Annotated[
+        float,
+        typer.Option("--store-days", min=0.0, help="Keep stored Responses (store: true) this many days."),
+    ] = 30.0,
     header_timeout: Annotated[
         float,
         typer.Option(
@@ -516,6 +541,7 @@ def serve_cmd(
         api_key=api_key,
         api_key_env=api_key_env,
         cors_origins=tuple(cors_origin or ()),
+        response_ttl_s=store_days * 86400.0,
         header_timeout_s=header_timeout,
         body_timeout_s=body_timeout,
     )

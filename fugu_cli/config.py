@@ -45,6 +45,7 @@ class WorkerConfig(BaseModel):
     price_out: float | None = Field(default=None, ge=0)
     context_limit: int | None = Field(default=None, gt=0)
     price_cached: float | None = Field(default=None, ge=0)
+    embedding_model: str | None = Field(default=None, min_length=1)  # served on fugu serve's /v1/embeddings
 
 
 class LLMSettings(BaseModel):

@@ -145,6 +145,7 @@ class Worker:
     price_out: float | None = None
     context_limit: int | None = None
     price_cached: float | None = None  # USD per million cached input tokens (a provider's prompt cache)
+    embedding_model: str | None = None  # the litellm id of the embedding model its endpoint serves, if any
 
 
 @dataclass(frozen=True)

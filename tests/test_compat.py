@@ -75,3 +75,30 @@ def test_flags_fugu_cannot_honour_are_refused_and_tuning_flags_ignored_once() ->
     assert args == ["-p", "x"]
     assert [n.split(" ")[0] for n in notes] == ["--fallback-model", "--setting-sources"]
     assert screen_argv(["--", "--mcp-config"]) == (["--", "--mcp-config"], [])
+
+
+def test_the_typescript_sdks_flags_are_honoured_or_refused() -> None:
+    args, notes = screen_argv(
+        [
+            "--output-format",
+            "stream-json",
+            "--await-initialize",
+            "--initialize-fields",
+            "settings,disallowedTools",
+            "--managed-settings-in-initialize",
+            "--allow-dangerously-skip-permissions",
+            "--debug-to-stderr",
+        ]
+    )
+    assert args == ["--output-format", "stream-json", "--await-initialize", "--debug"] and notes == []
+    for flag, said in (
+        (["--agent", "reviewer"], "--agent: fugu has no agent definitions"),
+        (["--no-session-persistence"], "--no-session-persistence: fugu records every session"),
+        (["--managed-settings", "{}"], "--managed-settings: fugu reads .fugu/config.toml"),
+        (["--plugin-dir-no-mcp", "/p"], "--plugin-dir-no-mcp: fugu has no plugins"),
+        (["--channels", "x"], "--channels"),
+        (["--sdk-url", "ws://x"], "--sdk-url"),
+        (["--project-config-root", "/r"], "--project-config-root"),
+    ):
+        with pytest.raises(UsageError, match=said):
+            screen_argv(["-p", "x", *flag])

@@ -18,6 +18,7 @@ from fugu_cli.store import (
     OutcomeRow,
     StepRecord,
     Store,
+    StoredResponse,
     TableRows,
 )
 from fugu_cli.types import Message, RouteDecision, ToolCall, ToolResult, Usage
@@ -46,6 +47,12 @@ def fill(store: Store, sid: str, text: str) -> None:
         "PreToolUse", "shell", f"check {text}", 0, False, "ok", f"out {text}", f"err {text}", 3.0
     )
     store.add_hook_run(sid, "main", 1, hook)
+    item = {"type": "message", "role": "user", "content": f"ask {text}"}
+    response = StoredResponse(
+        f"resp_{sid}", "", sid, None, "fugu", [item], [item], {"id": f"resp_{sid}", "note": text}, 1.0, 9e12
+    )
+    store.save_response(response)
+    store.add_note(sid, 1, 1, f"client_metadata: {text}")
 
 
 def rows(store: Store, sid: str) -> dict[str, list[tuple[object, ...]]]:

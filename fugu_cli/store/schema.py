@@ -71,6 +71,21 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX hook_runs_session ON hook_runs (session_id, turn);
     """,
+    # fugu serve (issue 26): stored Responses (`store`, `previous_response_id`), kept until they expire and
+    # readable only with the key that made them; and notes on what a call could not honour
+    """
+    CREATE TABLE responses (
+        id TEXT PRIMARY KEY, owner TEXT NOT NULL, session_id TEXT NOT NULL, previous_id TEXT,
+        model TEXT NOT NULL, input_json TEXT NOT NULL, output_json TEXT NOT NULL,
+        response_json TEXT NOT NULL, created_at REAL NOT NULL, expires_at REAL NOT NULL
+    );
+    CREATE INDEX responses_expiry ON responses (expires_at);
+    CREATE TABLE notes (
+        session_id TEXT NOT NULL, turn INTEGER NOT NULL, step INTEGER NOT NULL, text TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX notes_session ON notes (session_id, turn);
+    """,
 )
 
 
@@ -88,4 +103,6 @@ SESSION_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "compactions": ("session_id", ("head_json", "focus")),
     "hook_runs": ("session_id", ("command", "stdout", "stderr")),
     "outcomes": ("session_id", ("task",)),
+    "responses": ("session_id", ("input_json", "output_json", "response_json")),
+    "notes": ("session_id", ("text",)),
 }

@@ -157,6 +157,8 @@ def sessions_show(session_id: str) -> int:
                 if (c.turn, c.step, c.agent) == (s.turn, s.step, s.worker):
                     flag = " denied" if c.denied else (" error" if c.is_error else "")
                     print(f"    {c.agent}: {tool_summary(c.tool, c.arguments)}{flag}")
+    for note in dict.fromkeys(n.text for n in store.notes(row.id)):
+        print(f"not honoured: {note}")
     return 0
 
 

@@ -41,10 +41,12 @@ _fugu() {
         "|--append-system-prompt") return ;;
         "|--input-format") COMPREPLY=($(compgen -W "text stream-json" -- "$cur")); return ;;
         "|--permission-prompt-tool") return ;;
+        "|--permission-prompts") return ;;
         "|--resume"|"|-r") return ;;
         "|--router") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "|--cost-weight") return ;;
         "|--plan") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "|--debug-file") return ;;
         "|--mcp-config") return ;;
         "pool|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "doctor|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -67,6 +69,7 @@ _fugu() {
         "serve|--api-key") return ;;
         "serve|--api-key-env") return ;;
         "serve|--cors-origin") return ;;
+        "serve|--store-days") return ;;
         "serve|--header-timeout") return ;;
         "serve|--body-timeout") return ;;
         "acp|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -141,13 +144,13 @@ _fugu() {
     esac
     local opts="" subs=""
     case "$sub" in
-        "") opts="-p --print --output-format --max-turns --max-budget-usd --worker --model --pool --permission-mode --allowedTools --allowed-tools --disallowedTools --disallowed-tools --tools --system-prompt --system-prompt-file --append-system-prompt --input-format --permission-prompt-tool --include-partial-messages --yes -y --continue -c --resume -r --router --cost-weight --ultra --plan --verbose --trust-project --debug --no-repo-map --mcp-config --strict-mcp-config --version --help" subs="pool doctor completion demo eval serve acp sessions router conductor mcp" ;;
+        "") opts="-p --print --output-format --max-turns --max-budget-usd --worker --model --pool --permission-mode --allowedTools --allowed-tools --disallowedTools --disallowed-tools --tools --system-prompt --system-prompt-file --append-system-prompt --input-format --permission-prompt-tool --include-partial-messages --await-initialize --permission-prompts --yes -y --continue -c --resume -r --router --cost-weight --ultra --plan --verbose --trust-project --debug --debug-file --no-repo-map --mcp-config --strict-mcp-config --version --help" subs="pool doctor completion demo eval serve acp sessions router conductor mcp" ;;
         "pool") opts="--pool --json --reset-health --help" subs="" ;;
         "doctor") opts="--pool --help" subs="" ;;
         "completion") opts="--help" subs="" ;;
         "demo") opts="--router --keep --help" subs="" ;;
         "eval") opts="--worker --mode --repeats --parallel --task --executor --ray-address --pool --router --max-turns --max-budget-usd --json --keep --help" subs="" ;;
-        "serve") opts="--host --port --pool --permission-mode --api-key --api-key-env --cors-origin --header-timeout --body-timeout --help" subs="" ;;
+        "serve") opts="--host --port --pool --permission-mode --api-key --api-key-env --cors-origin --store-days --header-timeout --body-timeout --help" subs="" ;;
         "acp") opts="--pool --worker --router --permission-mode --max-turns --max-budget-usd --trust-project --debug --help" subs="" ;;
         "sessions") opts="--limit -n --help" subs="show export" ;;
         "sessions show") opts="--help" subs="" ;;
