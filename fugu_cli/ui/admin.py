@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fugu_cli.errors import FuguError, UsageError
-from fugu_cli.ui.phrases import err, tool_summary
+from fugu_cli.ui.phrases import err, record_text, tool_summary
 
 if TYPE_CHECKING:
     from fugu_cli.calls import Condition
@@ -157,6 +157,10 @@ def sessions_show(session_id: str) -> int:
                 if (c.turn, c.step, c.agent) == (s.turn, s.step, s.worker):
                     flag = " denied" if c.denied else (" error" if c.is_error else "")
                     print(f"    {c.agent}: {tool_summary(c.tool, c.arguments)}{flag}")
+    numbers: dict[int, int] = {}
+    for turn, attempt in store.attempts(row.id):
+        numbers[turn] = numbers.get(turn, 0) + 1
+        print(f"turn {turn} attempt {numbers[turn]}: {record_text(attempt)}")
     return 0
 
 

@@ -1,0 +1,73 @@
+"""The check's runner and the test-command reader: which commands are a worker's own tests, and the
+refusal of a check that cannot work (bash in the sandbox, as the check runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fugu_cli.errors import UsageError
+from fugu_cli.tools.sandbox import SandboxPolicy
+from fugu_cli.tools.verify import is_test_command, run_check, validate
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "pytest -q",
+        "cd src && pytest tests/test_a.py -x",
+        ".venv/bin/python -m pytest -q",
+        "python3.12 -m unittest discover",
+        "PYTHONPATH=. uv run pytest",
+        "npm test -- --watch=false",
+        "npm run test",
+        "go test ./...",
+        "cargo test --workspace 2>&1 | tail -20",
+        "ruff check . ; make test",
+        "./gradlew test",
+        "bundle exec rspec spec/a_spec.rb",
+    ],
+)
+def test_test_commands_are_recognised(command: str) -> None:
+    assert is_test_command(command)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "ls -la",
+        "python3 test_calc.py",
+        "grep pytest setup.cfg",
+        "echo 'npm test'",
+        "git commit -m 'make test'",
+        "make",
+        "cat 'unclosed",
+    ],
+)
+def test_other_commands_are_not(command: str) -> None:
+    assert not is_test_command(command)
+
+
+def test_a_check_that_cannot_work_is_refused(tmp_path: Path) -> None:
+    policy = SandboxPolicy()
+    validate("python3 -c 'pass' && true", tmp_path, policy)
+    validate("FOO=1 true", tmp_path, policy)
+    for command, said in (
+        ("", "needs a command"),
+        ("for x in", "bash cannot parse it"),
+        ("no-such-checker-xyz -q", "'no-such-checker-xyz' is not a command here"),
+    ):
+        with pytest.raises(UsageError, match=said):
+            validate(command, tmp_path, policy)
+
+
+def test_the_check_runs_in_the_repository_and_keeps_the_end_of_its_output(tmp_path: Path) -> None:
+    (tmp_path / "flag").write_text("x")
+    passed = run_check("test -f flag && echo here", 60, tmp_path, SandboxPolicy())
+    assert passed.passed and passed.output.strip() == "here"
+    failed = run_check("seq 1 5000; exit 3", 60, tmp_path, SandboxPolicy())
+    assert not failed.passed and failed.exit_code == 3 and failed.output.rstrip().endswith("5000")
+    assert len(failed.output) <= 4000
+    slow = run_check("sleep 30", 0.5, tmp_path, SandboxPolicy())
+    assert slow.timed_out and not slow.passed and slow.why() == "timed out"
