@@ -186,7 +186,7 @@ class Attempts:
 
     def _set_aside(self, number: int, worker: str) -> tuple[str | None, str]:
         """Snapshot the failed attempt's tree under a ref and restore the turn's checkpoint. Returns the ref
-        (None when the attempt changed nothing) and, when it could not be done, why."""
+        (None when the tree is as the turn found it) and, when it could not be done, why."""
         sha = self.d.checkpoint()
         if sha is None:
             return None, ""
@@ -199,6 +199,8 @@ class Attempts:
 
         label = f"{self.d.session_id}-t{self.d.turn}-attempt{number}-{_ref_word(worker)}"
         try:
+            if not git.differs(self.d.root, sha):
+                return None, ""
             git.checkpoint(self.d.root, label)
             git.restore_checkpoint(self.d.root, sha)
         except Exception as e:

@@ -157,6 +157,12 @@ def checkpoint(root: Path, label: str) -> str:
     return commit
 
 
+def differs(root: Path, sha: str) -> bool:
+    """Whether the working tree (untracked, not ignored, files included) differs from the snapshot `sha`."""
+    target = _git(root, "rev-parse", "--verify", f"{sha}^{{tree}}").stdout.strip()
+    return _snapshot_tree(root) != target
+
+
 def restore_checkpoint(root: Path, sha: str) -> list[str]:
     """Make the working tree exactly the snapshot `sha`; return the paths that changed.
 
