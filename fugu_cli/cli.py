@@ -690,8 +690,18 @@ def router_train(
             "--ray-address", help="A Ray cluster to join (auto, ray://HOST:10001); none: start one."
         ),
     ] = None,
+    verifier_accuracy: Annotated[
+        float,
+        typer.Option(
+            "--verifier-accuracy",
+            min=0.0,
+            max=1.0,
+            help="How often the check that judges each attempt is right (the escalation policy's replay).",
+        ),
+    ] = 0.9,
 ) -> None:
-    """Train a router from measured outcomes: soft-label KL with SVF, then sep-CMA-ES."""
+    """Train a router from measured outcomes: soft-label KL with SVF, then sep-CMA-ES over its escalation
+    policy on replayed episodes."""
     from fugu_cli.errors import UsageError
     from fugu_cli.router.commands import TrainOptions, stage_named
     from fugu_cli.router.es import ESConfig
@@ -700,7 +710,11 @@ def router_train(
     from fugu_cli.ui import admin
 
     config = TrainConfig(
-        lam=lam, seed=seed, threads=threads, svf_targets=tuple(t for t in svf.split(",") if t)
+        lam=lam,
+        seed=seed,
+        threads=threads,
+        svf_targets=tuple(t for t in svf.split(",") if t),
+        check_accuracy=verifier_accuracy,
     )
     try:
         chosen = stage_named(stage)
@@ -759,9 +773,23 @@ def router_eval(
     lambdas: Annotated[
         str | None, typer.Option("--lambdas", help="Comma-separated λ values to sweep (reward per USD).")
     ] = None,
+    verifier_accuracy: Annotated[
+        float,
+        typer.Option(
+            "--verifier-accuracy",
+            min=0.0,
+            max=1.0,
+            help="How often the check is right in the escalation policy's replay (0.9: one verdict in ten "
+            "is wrong).",
+        ),
+    ] = 0.9,
+    worlds: Annotated[
+        int, typer.Option("--worlds", min=1, help="Replayed worlds (seeds) each escalation point averages.")
+    ] = 5,
 ) -> None:
     """Judge a router on rows it never trained on: its reward–cost curve against the single models' hull,
-    best single, random mix, kNN, logistic regression and the oracle."""
+    best single, random mix, kNN, logistic regression and the oracle; and its escalation policy (a check
+    judges each attempt; a failed one escalates) replayed on the measured outcomes."""
     from fugu_cli.ui import admin
 
     try:
@@ -782,6 +810,8 @@ def router_eval(
         skip_train_rows,
         prices,
         grid,
+        verifier_accuracy,
+        worlds,
     )
     raise typer.Exit(admin.router_eval(req))
 

@@ -148,8 +148,56 @@ class Worker:
 
 
 @dataclass(frozen=True)
+class Attempt:
+    """One finished attempt of this turn: the worker that made it, what it cost, and the check's verdict
+    (None: no check ran on it)."""
+
+    worker: str
+    cost_usd: float
+    passed: bool | None = None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What this turn's checks said so far: the routers' `escalate` reads it (and `pick` never hands a step
+    back to a worker that failed the check this turn). `checked`: a check judges each attempt of this turn.
+    No attempt starts once `spent` reaches `budget_usd` or `max_attempts` were made (None: no limit)."""
+
+    attempts: tuple[Attempt, ...] = ()
+    checked: bool = False
+    budget_usd: float | None = None
+    max_attempts: int | None = None
+
+    @property
+    def spent(self) -> float:
+        return sum(a.cost_usd for a in self.attempts)
+
+    @property
+    def failed(self) -> frozenset[str]:
+        """Workers whose attempt failed the check this turn."""
+        return frozenset(a.worker for a in self.attempts if a.passed is False)
+
+    @property
+    def exhausted(self) -> str:
+        """Why no further attempt may start ("" when one may)."""
+        if self.max_attempts is not None and len(self.attempts) >= self.max_attempts:
+            return f"{len(self.attempts)} attempts made (at most {self.max_attempts})"
+        if self.budget_usd is not None and self.attempts and self.spent >= self.budget_usd:
+            return f"${self.spent:.4f} spent of a ${self.budget_usd:g} budget"
+        return ""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """A router's answer to `escalate` when no further attempt is worth making, and why."""
+
+    reason: str
+    scores: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class RouteState:
-    """What a router may read before a step."""
+    """What a router may read before a step (and, with `evidence`, before an attempt)."""
 
     messages: Sequence[Message]
     step: int
@@ -157,6 +205,18 @@ class RouteState:
     excluded: frozenset[str] = frozenset()  # never choose these (failed this turn, or unavailable)
     failover: bool = False  # this pick replaces a worker whose call just failed
     masked: Mapping[str, str] = field(default_factory=dict)  # excluded for this step because too small: why
+    evidence: Evidence = field(default_factory=Evidence)  # this turn's attempts and their checks
+
+    def barred(self, pool: Sequence[str]) -> frozenset[str]:
+        """Workers a step may not go to: the excluded, and those that failed the check this turn (unless
+        that would leave none of `pool`)."""
+        both = self.excluded | self.evidence.failed
+        return both if any(w not in both for w in pool) else self.excluded
+
+    @property
+    def tried(self) -> frozenset[str]:
+        """Workers that made an attempt this turn (whatever its verdict)."""
+        return frozenset(a.worker for a in self.evidence.attempts)
 
     @property
     def task(self) -> str:

@@ -4,10 +4,13 @@
 
 Trains one router on the training part of every data set with prompt text (the data set's own train split,
 else folds 1-4 of `kfold:5:0`), so `fugu router eval --data <set> --router fugu_cli/data/router_default`
-judges it on the held-out part it never saw. Worker descriptions name no task or repository (they must carry
-over to repositories it never saw). SWE-bench runs are renamed to fugu's pool names with their litellm ids;
-routellm has no recorded cost, so its cost is estimated from docs/prices/routellm_gpt4_vs_mixtral.csv, and
-llmrouter's from its own price list. Prints the checkpoint's info and size.
+judges it on the held-out part it never saw; then (stage 2) its escalation policy, by sep-CMA-ES on replayed
+episodes with a check right 9 times in 10 (`--verifier-accuracy`). The checkpoint records each set's split,
+name, fingerprint and price table, so it is judged from any folder with no other flag. Worker descriptions
+name no task or repository (they must carry over to repositories it never saw). SWE-bench runs are renamed to
+fugu's pool names with their litellm ids; routellm has no recorded cost, so its cost is estimated from
+docs/prices/routellm_gpt4_vs_mixtral.csv, and llmrouter's from its own price list. Prints the checkpoint's
+info and size.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ import time
 from pathlib import Path
 
 from fugu_cli.router.checkpoint import info_text
-from fugu_cli.router.commands import Source, TrainOptions, train_command
+from fugu_cli.router.commands import TrainOptions, train_command
 from fugu_cli.router.es import ESConfig, GenerationStats
+from fugu_cli.router.sources import Source
 from fugu_cli.router.train import TrainConfig
 from fugu_cli.router.trainer import Stage2
 
@@ -82,8 +86,9 @@ def main() -> None:
     ap.add_argument("--shared", type=Path, default=Path("../shared/data"), help="from the repo root")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--lam", type=float, default=0.1, help="λ, reward per USD (the default sessions use)")
-    ap.add_argument("--stage", default="sft", choices=["sft", "es", "both"])
+    ap.add_argument("--stage", default="both", choices=["sft", "es", "both"])
     ap.add_argument("--generations", type=int, default=15)
+    ap.add_argument("--verifier-accuracy", type=float, default=0.9)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--processes", type=int, default=1)
     ap.add_argument("--cache", type=Path, default=None)
@@ -101,6 +106,7 @@ def main() -> None:
         cv_max_rows=40_000,
         threads=args.threads,
         cache_dir=args.cache,
+        check_accuracy=args.verifier_accuracy,
     )
     res = train_command(
         TrainOptions(
@@ -108,7 +114,7 @@ def main() -> None:
             args.out,
             stage=args.stage,
             config=config,
-            stage2=Stage2(ESConfig(generations=args.generations, processes=args.processes), batch=256),
+            stage2=Stage2(ESConfig(generations=args.generations, processes=args.processes)),
             names={run: name for run, (name, _) in WORKERS.items()},
             models={name: model for name, model in WORKERS.values() if model} | OTHER_MODELS,
             prices_by_source={str(s.path): s.prices for s in sources if s.prices},

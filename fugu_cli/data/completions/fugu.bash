@@ -94,6 +94,7 @@ _fugu() {
         "router train|--processes") return ;;
         "router train|--executor") return ;;
         "router train|--ray-address") return ;;
+        "router train|--verifier-accuracy") return ;;
         "router eval|--data") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "router eval|--router") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "router eval|--split") return ;;
@@ -103,6 +104,8 @@ _fugu() {
         "router eval|--train-data") return ;;
         "router eval|--prices") return ;;
         "router eval|--lambdas") return ;;
+        "router eval|--verifier-accuracy") return ;;
+        "router eval|--worlds") return ;;
         "conductor train|--base") return ;;
         "conductor train|--out") return ;;
         "conductor train|--data") COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -152,8 +155,8 @@ _fugu() {
         "sessions export") opts="--format -f --output -o --help" subs="" ;;
         "router") opts="--help" subs="info train eval" ;;
         "router info") opts="--pool --help" subs="" ;;
-        "router train") opts="--data --out --stage --split --tau --svf --generations --lambda --seed --threads --store --prices --processes --executor --ray-address --help" subs="" ;;
-        "router eval") opts="--data --router --split --k --json --plot --threads --store --train-data --allow-train-rows --skip-train-rows --prices --lambdas --help" subs="" ;;
+        "router train") opts="--data --out --stage --split --tau --svf --generations --lambda --seed --threads --store --prices --processes --executor --ray-address --verifier-accuracy --help" subs="" ;;
+        "router eval") opts="--data --router --split --k --json --plot --threads --store --train-data --allow-train-rows --skip-train-rows --prices --lambdas --verifier-accuracy --worlds --help" subs="" ;;
         "conductor") opts="--help" subs="train eval" ;;
         "conductor train") opts="--base --out --data --steps --group --prompts-per-step --lr --completion-tokens --lora-rank --sft-steps --sft-lr --beta --lambda --carry-accuracy --max-depth --split --min-workers --max-workers --env --suite --pool --seed --device --bf16 --threads --help" subs="" ;;
         "conductor eval") opts="--data --conductor --json --lambda --subset --best-of --limit --seed --device --threads --help" subs="" ;;
