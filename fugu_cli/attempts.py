@@ -26,14 +26,18 @@ from fugu_cli.events import AttemptChecked, AttemptStarted
 from fugu_cli.ledger import ToolCallRow, TurnLedger
 from fugu_cli.prompts import load
 from fugu_cli.router import Router
+from fugu_cli.router.prior import attempt_reason
 from fugu_cli.tools.sandbox import SandboxPolicy
 from fugu_cli.tools.verify import NOT_FOUND, Verdict, run_check, worker_test
 from fugu_cli.turn_settings import Check
 from fugu_cli.types import (
+    Attempt,
     AttemptRecord,
+    Evidence,
     Message,
     RouteDecision,
     RouteState,
+    Stop,
     TurnResult,
     TurnStatus,
     Usage,
@@ -258,54 +262,61 @@ def escalation(
     fallback: Router,
     pool: Sequence[Worker],
     transcript: Callable[[], Sequence[Message]],
-    forced: str | None,
+    settings: tuple[str | None, float | None],
     warn: Callable[[str], None],
 ) -> Escalation:
-    """Who makes the next attempt: the forced worker first (when there is one), then the router's choice
-    among the workers that made no attempt at this turn yet (the prior router: the highest priority, its
-    description's match breaking near-ties); why nobody, when every worker made one."""
+    """Who makes the next attempt: the forced worker first (`settings`: the forced worker and the turn's
+    budget), then the router's escalation policy reading the attempts so far (`Router.escalate`: the prior
+    takes the highest-priority worker that made no attempt at this turn; the learned router its policy);
+    why nobody, when it stops."""
+    forced, budget = settings
 
     def next_attempt(records: Sequence[AttemptRecord]) -> RouteDecision | str:
-        tried = frozenset(r.worker for r in records)
-        if all(w.name in tried for w in pool):
-            return "every worker in the pool made an attempt at this turn"
-        if not records and forced:
-            return RouteDecision(forced, {}, "override", 0.0, reason="first attempt: forced by the user")
         state = RouteState(
-            messages=tuple(transcript()), step=sum(r.steps for r in records) + 1, excluded=tried
+            messages=tuple(transcript()),
+            step=sum(r.steps for r in records) + 1,
+            evidence=evidence(records, budget),
         )
+        if not records and forced:
+            return RouteDecision(
+                forced, {}, "override", 0.0, reason=attempt_reason(state, "forced by the user")
+            )
         try:
-            decision = router.pick(state, pool)
+            answer = router.escalate(state, pool)
         except Exception as e:  # a broken router must not end the turn: the prior takes over
             log.warning("router failed", exc_info=e)
             warn(f"router failed ({e}); using the prior")
-            decision = fallback.pick(state, pool)
-        return dataclasses.replace(decision, reason=attempt_reason(records, decision.reason))
+            answer = fallback.escalate(state, pool)
+        if isinstance(answer, Stop):
+            return answer.reason
+        if answer.worker in state.tried:  # the protocol forbids it; never loop on a broken router
+            return f"the router chose {answer.worker} again, which already made an attempt at this turn"
+        return answer
 
     return next_attempt
 
 
-def attempt_picker(base: Picker, decision: RouteDecision, number: int) -> Picker:
+def evidence(records: Sequence[AttemptRecord], budget: float | None) -> Evidence:
+    """What the routers read of this turn's attempts (`RouteState.evidence`)."""
+    attempts = tuple(Attempt(r.worker, r.cost_usd, r.passed) for r in records)
+    return Evidence(attempts, checked=True, budget_usd=budget)
+
+
+def attempt_picker(base: Picker, decision: RouteDecision, number: int, known: Evidence) -> Picker:
     """Every step of an attempt goes to its worker (`base`, the session's picker, takes over only when that
-    worker failed or cannot hold the transcript); the first step's route line says why this worker."""
+    worker failed or cannot hold the transcript, and never hands a step to a worker that failed the check:
+    it reads `known`); the first step's route line says why this worker."""
     first = [True]
 
     def pick(state: RouteState) -> RouteDecision:
         if decision.worker in state.excluded or state.failover:
-            return base(state)
+            return base(dataclasses.replace(state, evidence=known))
         if first[0]:
             first[0] = False
             return decision
         return dataclasses.replace(decision, latency_ms=0.0, reason=f"attempt {number} by {decision.worker}")
 
     return pick
-
-
-def attempt_reason(records: Sequence[AttemptRecord], why: str) -> str:
-    """The route line's reason for an attempt's worker: the first attempt, or an escalation."""
-    failed = [r.worker for r in records if r.check == "failed"]
-    head = f"escalates after {', '.join(failed)} failed the check" if failed else "first attempt"
-    return f"{head}: {why}" if why else head
 
 
 def _main_worker(result: TurnResult, chosen: str) -> str:

@@ -305,16 +305,18 @@ class Session:
     ) -> TurnResult:
         """The turn as attempts judged by the settings' check: each by one worker, the next chosen by the
         escalation after a failed check."""
-        from fugu_cli.attempts import Attempts, AttemptsDeps, attempt_picker, escalation
+        from fugu_cli.attempts import Attempts, AttemptsDeps, attempt_picker, escalation, evidence
 
         assert settings.check is not None
+        budget = settings.limits.max_budget_usd
 
         def attempt(decision: RouteDecision, number: int, limits: Limits) -> TurnResult:
-            pick = attempt_picker(self._picker(io.emit, None), decision, number)
+            known = evidence(run.records, budget)
+            pick = attempt_picker(self._picker(io.emit, None), decision, number, known)
             brief = self.repo_map_text()
             return Agent(deps).run(self.messages, turn, pick, limits, io, brief=brief, on_stop=on_stop)
 
-        return Attempts(
+        run = Attempts(
             AttemptsDeps(
                 check=settings.check,
                 root=self.config.root,
@@ -330,13 +332,14 @@ class Session:
                     self.deps.fallback,
                     self.deps.pool,
                     lambda: self.messages,
-                    settings.worker,
+                    (settings.worker, budget),
                     lambda text: io.emit(Notice(session_id=self.id, level="warning", text=text)),
                 ),
                 checkpoint=lambda: self.checkpoints.taken.get(turn),
                 record=self._append,
             )
-        ).run()
+        )
+        return run.run()
 
     def _with_test_evidence(self, result: TurnResult, turn: int, emit: Emit) -> TurnResult:
         """A turn without a check: the last test command the worker ran itself is its attempt's evidence."""
