@@ -268,3 +268,82 @@ def test_the_check_comes_from_config_and_a_workers_own_tests_are_evidence_withou
     assert [(a["worker"], a["check"], a["evidence"]) for a in result["attempts"]] == [
         ("cheap", "passed", "check")
     ]
+
+
+def _learned_checkpoint(out: Path) -> Path:
+    """Two known workers and a hand-set escalation policy (as tests/router/test_escalate.py): cheap right half
+    the time, strong 9 times in 10, each worth less after a failed check."""
+    from fugu_cli.router.checkpoint import init_checkpoint
+    from fugu_cli.types import Worker
+
+    workers = [
+        Worker("cheap", "openai/cheap", price_in=0.1, price_out=0.1),
+        Worker("strong", "openai/strong", price_in=10.0, price_out=30.0, priority=1.0),
+    ]
+    init_checkpoint(out, workers, rank=2)
+    meta = json.loads((out / "router.json").read_text())
+    meta["escalation"] = {
+        "value": [[0.5, 0.9], [0.3, 0.75], [0.2, 0.6]],
+        "text": [0.0, 0.0, 0.0],
+        "stop": [0.0, 0.0],
+        "fail": 0.0,
+        "spend": 0.0,
+        "look": 1.0,
+        "strength": [0.5, 0.9],
+        "check_accuracy": 0.9,
+    }
+    (out / "router.json").write_text(json.dumps(meta))
+    return out
+
+
+def test_the_learned_router_escalates_by_its_policy_and_may_stop(
+    tmp_path: Path, loopback_factory: object
+) -> None:
+    cheap, strong = _servers(loopback_factory)
+    pool = write_pool(
+        tmp_path / "pool.toml",
+        [
+            {
+                "name": "cheap",
+                "model": "openai/cheap",
+                "api_base": cheap.base_url,
+                "price_in": 0.1,
+                "price_out": 0.1,
+            },
+            {
+                **{"name": "strong", "model": "openai/strong", "api_base": strong.base_url},
+                **{"price_in": 10.0, "price_out": 30.0, "priority": 1.0},
+            },
+        ],
+    )
+    ckpt = _learned_checkpoint(tmp_path / "esc")
+    fixing = [tool_reply(call("edit_file", path="calc.py", old_text="a - b", new_text="a + b")), "Fixed."]
+
+    # λ = 10: cheap first, and after its failed check the strong worker is worth its price
+    repo = make_repo(tmp_path / "repo")
+    cheap.script("cheap", _wrong_attempt())
+    strong.script("strong", fixing)
+    run = _run(repo, pool, "--check", CHECK, "--router", str(ckpt), "--cost-weight", "10", fmt="stream-json")
+    assert run.code == 0, run.stderr
+    events = run.events()
+    assert [(a["worker"], a["check"]) for a in events[-1]["attempts"]] == [
+        ("cheap", "failed"),
+        ("strong", "passed"),
+    ]
+    starts = [e for e in events if e.get("subtype") == "attempt"]
+    assert [e["worker"] for e in starts] == ["cheap", "strong"]
+    assert starts[1]["reason"].startswith("escalates after cheap failed the check: escalation score")
+    assert {e["source"] for e in events if e.get("subtype") == "route"} == {"learned"}
+    assert (repo / "calc.py").read_text() == FIXED
+
+    # λ = 100: after cheap fails, no strong attempt is worth its cost: the policy stops, and says why
+    repo = make_repo(tmp_path / "repo2")
+    cheap.script("cheap", _wrong_attempt())
+    before = len(strong.requests_for("strong"))
+    run = _run(repo, pool, "--check", CHECK, "--router", str(ckpt), "--cost-weight", "100")
+    assert run.code == 1, run.stderr
+    result = json.loads(run.stdout)
+    assert [(a["worker"], a["check"]) for a in result["attempts"]] == [("cheap", "failed")]
+    assert "no further attempt is worth its cost" in result["errors"][0]
+    assert len(strong.requests_for("strong")) == before
+    assert (repo / "calc.py").read_text() == BUGGY
