@@ -317,7 +317,10 @@ def test_the_learned_router_escalates_by_its_policy_and_may_stop(
         ],
     )
     ckpt = _learned_checkpoint(tmp_path / "esc")
-    fixing = [tool_reply(call("edit_file", path="calc.py", old_text="a - b", new_text="a + b")), "Fixed."]
+    fixing: list[Any] = [
+        tool_reply(call("edit_file", path="calc.py", old_text="a - b", new_text="a + b")),
+        "Fixed.",
+    ]
 
     # λ = 10: cheap first, and after its failed check the strong worker is worth its price
     repo = make_repo(tmp_path / "repo")
