@@ -20,7 +20,7 @@ from fugu_cli.store import (
     Store,
     TableRows,
 )
-from fugu_cli.types import Message, RouteDecision, ToolCall, ToolResult, Usage
+from fugu_cli.types import AttemptRecord, Message, RouteDecision, ToolCall, ToolResult, Usage
 
 SECRET = "tok-4c0ffee-9a8b7c6d5e"
 
@@ -46,6 +46,8 @@ def fill(store: Store, sid: str, text: str) -> None:
         "PreToolUse", "shell", f"check {text}", 0, False, "ok", f"out {text}", f"err {text}", 3.0
     )
     store.add_hook_run(sid, "main", 1, hook)
+    attempt = AttemptRecord("alpha", 0.5, 1, "failed", "check", f"pytest {text}", 1, "refs/fugu/x")
+    turn.attempt(1, attempt, f"output {text}")
 
 
 def rows(store: Store, sid: str) -> dict[str, list[tuple[object, ...]]]:
