@@ -614,14 +614,15 @@ def _notices(config: Config) -> tuple[str, ...]:
 
 
 def session_check(config: Config, opts: RunOptions, root: Path) -> Check | None:
-    """The check that judges each attempt (`--check`, else `[checks] verify`), validated in the sandbox."""
+    """The check that judges each attempt (`--check`, else `[checks] verify`; "auto": the repository's own
+    test command), validated in the sandbox."""
     command = opts.check if opts.check is not None else config.checks.verify
     if command is None:
         return None
     from fugu_cli.tools.sandbox import policy_from_config
-    from fugu_cli.tools.verify import validate
+    from fugu_cli.tools.verify import resolve, validate
 
-    check = Check(command.strip(), config.checks.verify_timeout_s)
+    check = Check(resolve(command, root), config.checks.verify_timeout_s)
     validate(check.command, root, policy_from_config(config.sandbox))
     return check
 

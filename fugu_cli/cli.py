@@ -93,8 +93,8 @@ def run(
         str | None,
         typer.Option(
             "--check",
-            help="A shell command that judges each attempt (exit 0 passes); a failed attempt is set aside "
-            "and the next worker tries.",
+            help="A shell command that judges each attempt (exit 0 passes; auto: the repository's test "
+            "command); a failed attempt is set aside and the next worker tries.",
         ),
     ] = None,
     worker: Annotated[str | None, typer.Option("--worker", help="Force this worker for every step.")] = None,

@@ -158,10 +158,11 @@ class Session:
         if command is None:
             self._settings.set_check(None)
             return
-        from fugu_cli.tools.verify import validate
+        from fugu_cli.tools.verify import resolve, validate
 
         now = self.settings().check
-        check = Check(command.strip(), now.timeout_s) if now else Check(command.strip())
+        command = resolve(command, self.config.root)
+        check = Check(command, now.timeout_s) if now else Check(command)
         validate(check.command, self.config.root, self.deps.agent.tool_ctx.sandbox)
         self._settings.set_check(check)
 

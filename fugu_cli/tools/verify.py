@@ -1,6 +1,7 @@
 """What judges an attempt's work: a check command run in the sandbox (`run_check`, and `validate`, which
-refuses one that cannot work before anyone is paid), and which shell commands are a worker's own tests
-(`is_test_command`, `worker_test`: the evidence of a turn without a check).
+refuses one that cannot work before anyone is paid; `detect_test_command` for `--check auto`), and which
+shell commands are a worker's own tests (`is_test_command`, `worker_test`: the evidence of a turn without a
+check).
 
 Runs commands only through the sandbox; decides nothing about what follows a verdict (fugu_cli/attempts.py).
 """
@@ -173,3 +174,70 @@ def worker_test(calls: Sequence[ToolCallRow]) -> ToolCallRow | None:
         if isinstance(command, str) and is_test_command(command):
             return row
     return None
+
+
+# --- the repository's own test command (`--check auto`) ------------------------------------------------
+
+_NPM_DEFAULT = "no test specified"  # what `npm init` writes as the test script
+
+
+def resolve(command: str, root: Path) -> str:
+    """The check `command` stands for: itself, or for "auto" the repository's test command."""
+    command = command.strip()
+    if command != "auto":
+        return command
+    found = detect_test_command(root)
+    if found is None:
+        raise UsageError(
+            f"--check auto: no test command found in {root} (pytest, npm test, cargo test, go test, make "
+            "test); name one: --check 'CMD'"
+        )
+    return found
+
+
+def detect_test_command(root: Path) -> str | None:
+    """The command that runs this repository's tests, from its files (None: none found). In order: pytest
+    (a `[tool.pytest...]` table, pytest.ini, conftest.py, `[tool:pytest]` in setup.cfg, `[pytest]` in
+    tox.ini; through .venv/bin/python when the repository has that virtual environment), `npm test` (a
+    package.json test script other than npm's placeholder), `cargo test`, `go test ./...`, `make test` (a
+    Makefile with a `test:` target)."""
+    if _uses_pytest(root):
+        python = ".venv/bin/python" if (root / ".venv" / "bin" / "python").is_file() else "python3"
+        return f"{python} -m pytest -q"
+    script = _read_json(root / "package.json").get("scripts", {})
+    test = script.get("test") if isinstance(script, dict) else None
+    if isinstance(test, str) and test.strip() and _NPM_DEFAULT not in test:
+        return "npm test"
+    if (root / "Cargo.toml").is_file():
+        return "cargo test"
+    if (root / "go.mod").is_file():
+        return "go test ./..."
+    for name in ("GNUmakefile", "makefile", "Makefile"):
+        if re.search(r"^test\s*:", _read(root / name), re.MULTILINE):
+            return "make test"
+    return None
+
+
+def _uses_pytest(root: Path) -> bool:
+    return (
+        "[tool.pytest" in _read(root / "pyproject.toml")
+        or (root / "pytest.ini").is_file()
+        or (root / "conftest.py").is_file()
+        or "[tool:pytest]" in _read(root / "setup.cfg")
+        or "[pytest]" in _read(root / "tox.ini")
+    )
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+    except OSError:
+        return ""
+
+
+def _read_json(path: Path) -> dict[str, object]:
+    try:
+        data = json.loads(_read(path) or "{}")
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}

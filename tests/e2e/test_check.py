@@ -156,6 +156,9 @@ def test_a_passing_check_ends_the_turn_and_the_strong_worker_is_never_called(
 ) -> None:
     cheap, strong = _servers(loopback_factory)
     repo = make_repo(tmp_path / "repo")
+    (repo / "Makefile").write_text(f"test:\n\t{CHECK}\n")  # what --check auto finds
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "make test")
     cheap.script(
         "cheap",
         [
@@ -163,12 +166,12 @@ def test_a_passing_check_ends_the_turn_and_the_strong_worker_is_never_called(
             "Fixed add().",
         ],
     )
-    run = _run(repo, _pool(tmp_path, cheap, strong), "--check", CHECK)
+    run = _run(repo, _pool(tmp_path, cheap, strong), "--check", "auto")
     assert run.code == 0, run.stderr
     result = json.loads(run.stdout)
     assert result["subtype"] == "success" and result["result"] == "Fixed add()."
-    assert [(a["worker"], a["check"], a["set_aside"]) for a in result["attempts"]] == [
-        ("cheap", "passed", None)
+    assert [(a["worker"], a["check"], a["set_aside"], a["command"]) for a in result["attempts"]] == [
+        ("cheap", "passed", None, "make test")
     ]
     assert strong.requests_for("strong") == []
     assert (repo / "calc.py").read_text() == FIXED
@@ -221,6 +224,7 @@ def test_a_bad_check_is_refused_before_any_worker_is_called(tmp_path: Path, loop
         ("no-such-checker --all", "'no-such-checker' is not a command here"),
         ("if then fi (", "bash cannot parse it"),
         ("  ", "--check needs a command"),
+        ("auto", "--check auto: no test command found"),
     ):
         run = _run(repo, pool, "--check", check)
         assert run.code == 2, (check, run.stdout, run.stderr)

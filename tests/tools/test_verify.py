@@ -9,7 +9,7 @@ import pytest
 
 from fugu_cli.errors import UsageError
 from fugu_cli.tools.sandbox import SandboxPolicy
-from fugu_cli.tools.verify import is_test_command, run_check, validate
+from fugu_cli.tools.verify import detect_test_command, is_test_command, resolve, run_check, validate
 
 
 @pytest.mark.parametrize(
@@ -71,3 +71,33 @@ def test_the_check_runs_in_the_repository_and_keeps_the_end_of_its_output(tmp_pa
     assert len(failed.output) <= 4000
     slow = run_check("sleep 30", 0.5, tmp_path, SandboxPolicy())
     assert slow.timed_out and not slow.passed and slow.why() == "timed out"
+
+
+@pytest.mark.parametrize(
+    ("files", "command"),
+    [
+        ({"pyproject.toml": "[tool.pytest.ini_options]\n"}, "python3 -m pytest -q"),
+        ({"conftest.py": "", ".venv/bin/python": ""}, ".venv/bin/python -m pytest -q"),
+        ({"setup.cfg": "[tool:pytest]\n"}, "python3 -m pytest -q"),
+        ({"package.json": '{"scripts": {"test": "vitest run"}}'}, "npm test"),
+        ({"Cargo.toml": "[package]\n"}, "cargo test"),
+        ({"go.mod": "module x\n"}, "go test ./..."),
+        ({"Makefile": "all:\n\techo\ntest: all\n\tpython3 t.py\n"}, "make test"),
+        ({"package.json": '{"scripts": {"test": "echo \\"Error: no test specified\\" && exit 1"}}'}, None),
+        ({"Makefile": "all:\n\techo test:\n", "pyproject.toml": "[project]\n"}, None),
+        ({}, None),
+    ],
+)
+def test_the_repositorys_test_command_is_found(
+    tmp_path: Path, files: dict[str, str], command: str | None
+) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert detect_test_command(tmp_path) == command
+    if command is None:
+        with pytest.raises(UsageError, match="--check auto: no test command found"):
+            resolve("auto", tmp_path)
+    else:
+        assert resolve(" auto ", tmp_path) == command
+    assert resolve(" make check ", tmp_path) == "make check"
