@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fugu_cli.errors import UsageError
+from fugu_cli.redact import redact
 from fugu_cli.store import ToolCallRow
 from fugu_cli.tools import sandbox as sb
 from fugu_cli.tools.sandbox import SandboxPolicy
@@ -87,9 +88,10 @@ class Verdict:
 def run_check(
     command: str, timeout_s: float, root: Path, policy: SandboxPolicy, cancel: threading.Event | None = None
 ) -> Verdict:
-    """Run the check `command` in the sandbox, in the repository root, to its end or its timeout."""
+    """Run the check `command` in the sandbox, in the repository root, to its end or its timeout. Its output
+    is redacted (a worker reads it) and cut to its last OUTPUT_TAIL characters."""
     done = sb.run(["bash", "-c", command], cwd=root, policy=policy, timeout=timeout_s, cancel=cancel)
-    text = done.output.decode("utf-8", "replace")
+    text = redact(done.output.decode("utf-8", "replace"))
     return Verdict(done.exit_code, text[-OUTPUT_TAIL:], done.timed_out, done.cancelled)
 
 

@@ -101,3 +101,11 @@ def test_the_repositorys_test_command_is_found(
     else:
         assert resolve(" auto ", tmp_path) == command
     assert resolve(" make check ", tmp_path) == "make check"
+
+
+def test_the_checks_output_is_redacted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "sk-verify-0123456789abcdef"
+    monkeypatch.setenv("FUGU_TEST_API_KEY", secret)
+    (tmp_path / "leak.txt").write_text(f"token={secret}\n")
+    verdict = run_check("cat leak.txt; exit 1", 60, tmp_path, SandboxPolicy())
+    assert verdict.exit_code == 1 and "token=" in verdict.output and secret not in verdict.output
