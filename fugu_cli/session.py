@@ -315,7 +315,10 @@ class Session:
             known = evidence(run.records, budget)
             pick = attempt_picker(self._picker(io.emit, None), decision, number, known)
             brief = self.repo_map_text()
-            return Agent(deps).run(self.messages, turn, pick, limits, io, brief=brief, on_stop=on_stop)
+            before = sum(r.num_turns for r in run.results)
+            return Agent(deps).run(
+                self.messages, turn, pick, limits, io, brief=brief, on_stop=on_stop, steps_before=before
+            )
 
         run = Attempts(
             AttemptsDeps(

@@ -129,7 +129,12 @@ def test_a_failed_check_sets_the_attempt_aside_and_the_strong_worker_fixes_it(
 
     # the route line says why each attempt's worker was chosen; the check's events come in between
     routes = [e for e in events if e.get("subtype") == "route"]
-    assert [e["worker"] for e in routes] == ["cheap", "cheap", "strong", "strong"]
+    assert [(e["step"], e["worker"]) for e in routes] == [
+        (1, "cheap"),
+        (2, "cheap"),
+        (3, "strong"),
+        (4, "strong"),
+    ]
     assert routes[0]["reason"].startswith("first attempt")
     assert routes[2]["reason"].startswith("escalates after cheap failed the check")
     checks = [e for e in events if e.get("subtype") == "check"]
@@ -148,6 +153,7 @@ def test_a_failed_check_sets_the_attempt_aside_and_the_strong_worker_fixes_it(
     assert "turn 1 attempt 1: cheap · check failed (exit 1)" in shown.stdout
     assert f"set aside as {ref}" in shown.stdout
     assert "turn 1 attempt 2: strong · check passed (exit 0)" in shown.stdout
+    assert "turn 1 step 3: strong (prior, p=" in shown.stdout
     assert "escalates after cheap failed the check" in shown.stdout
 
 
