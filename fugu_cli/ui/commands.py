@@ -457,7 +457,10 @@ COMMANDS: dict[str, Command] = {
         Command("resume", "ID", "switch to a past session", _resume),
         Command("ultra", "on|off", "let a conductor plan a multi-worker workflow for each turn", _ultra),
         Command(
-            "check", "CMD|off", "judge each attempt by CMD; escalate to the next worker when it fails", _check
+            "check",
+            "CMD|auto|off",
+            "judge each attempt by CMD; escalate to the next worker when it fails",
+            _check,
         ),
         Command("memory", "", "the instruction files loaded, and what ultra mode's agents learned", _memory),
         Command("mcp", "", "the MCP servers: status and tools", _mcp),

@@ -362,7 +362,7 @@ class Repl:
         if command == "ultra":
             return ["on", "off"]
         if command == "check":
-            return ["off"]
+            return ["auto", "off"]
         if command == "resume":
             return [r.id for r in self._session.recent_sessions(20)]
         return []
