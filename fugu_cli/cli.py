@@ -89,6 +89,14 @@ def run(
     max_budget_usd: Annotated[
         float | None, typer.Option("--max-budget-usd", min=0.0, help="Stop when the task has cost this much.")
     ] = None,
+    check: Annotated[
+        str | None,
+        typer.Option(
+            "--check",
+            help="A shell command that judges each attempt (exit 0 passes; auto: the repository's test "
+            "command); a failed attempt is set aside and the next worker tries.",
+        ),
+    ] = None,
     worker: Annotated[str | None, typer.Option("--worker", help="Force this worker for every step.")] = None,
     model: Annotated[
         str | None,
@@ -235,6 +243,7 @@ def run(
         repo_map=False if no_repo_map else None,
         mcp_config=tuple(mcp_config or ()),
         strict_mcp_config=strict_mcp_config,
+        check=check,
     )
     out = runner.Output(
         task=" ".join(task or []),

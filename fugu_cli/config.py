@@ -94,6 +94,16 @@ class ToolSettings(BaseModel):
     keep_checkpoint_sessions: int = Field(default=20, ge=1)
 
 
+class ChecksSettings(BaseModel):
+    """`[checks]`: `verify` is a shell command that judges each attempt at a turn (as `--check` does): it
+    runs in the sandbox when a worker ends its attempt; exit code 0 passes."""
+
+    model_config = _STRICT
+
+    verify: str | None = None
+    verify_timeout_s: float = Field(default=600.0, gt=0)
+
+
 class UltraSettings(BaseModel):
     model_config = _STRICT
 
@@ -233,6 +243,7 @@ class Config(BaseModel):
     hooks: dict[HookEventName, list[HookSettings]] = Field(default_factory=dict)
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
+    checks: ChecksSettings = Field(default_factory=ChecksSettings)
     # what an untrusted project config asked for and did not get ("workers", "permission_mode=full-auto")
     _ignored: tuple[str, ...] = PrivateAttr(default=())
     _trusted: bool = PrivateAttr(default=False)

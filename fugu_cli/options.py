@@ -71,6 +71,7 @@ class RunOptions:
     repo_map: bool | None = None  # --no-repo-map: False
     mcp_config: tuple[str, ...] = ()  # --mcp-config: files or JSON strings of {"mcpServers": {...}}
     strict_mcp_config: bool = False  # --strict-mcp-config: only those servers
+    check: str | None = None  # --check CMD: judges each attempt at a turn (beats [checks] verify)
 
     def overrides(self) -> dict[str, Any]:
         """The configuration layer these options make (the top one: flags beat every file)."""

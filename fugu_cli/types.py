@@ -322,6 +322,43 @@ class Denial:
         }
 
 
+CheckOutcome = Literal["passed", "failed", "not run"]
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One attempt at a turn and what the evidence said of it. `evidence`: "check" (the session's check
+    command judged it), "worker-test" (the last test command the worker ran itself), "" (nothing judged it).
+    `set_aside`: the git ref that keeps a failed attempt's changes once the tree was restored."""
+
+    worker: str
+    cost_usd: float
+    steps: int
+    check: CheckOutcome = "not run"
+    evidence: str = ""
+    command: str = ""
+    exit_code: int | None = None
+    set_aside: str | None = None
+    status: str = "success"  # how the attempt's own run ended (a TurnStatus)
+
+    @property
+    def passed(self) -> bool | None:
+        return None if self.check == "not run" else self.check == "passed"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "worker": self.worker,
+            "cost_usd": round(self.cost_usd, 8),
+            "steps": self.steps,
+            "status": self.status,
+            "check": self.check,
+            "evidence": self.evidence or None,
+            "command": self.command or None,
+            "exit_code": self.exit_code,
+            "set_aside": self.set_aside,
+        }
+
+
 @dataclass(frozen=True)
 class TurnResult:
     """How a turn ended. `duration_ms` (wall) and `duration_api_ms` (time in LLM calls) are set by the
@@ -339,6 +376,7 @@ class TurnResult:
     duration_ms: float = 0.0
     duration_api_ms: float = 0.0
     stop_reason: str | None = None
+    attempts: tuple[AttemptRecord, ...] = ()  # each attempt and its evidence (a check, the worker's tests)
 
     @property
     def is_error(self) -> bool:
@@ -365,6 +403,7 @@ class FallBack:
             denied=result.denied,
             error=result.error,
             stop_reason=result.stop_reason,
+            attempts=result.attempts,
         )
 
 

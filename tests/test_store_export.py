@@ -21,7 +21,7 @@ from fugu_cli.store import (
     StoredResponse,
     TableRows,
 )
-from fugu_cli.types import Message, RouteDecision, ToolCall, ToolResult, Usage
+from fugu_cli.types import AttemptRecord, Message, RouteDecision, ToolCall, ToolResult, Usage
 
 SECRET = "tok-4c0ffee-9a8b7c6d5e"
 
@@ -53,6 +53,8 @@ def fill(store: Store, sid: str, text: str) -> None:
     )
     store.save_response(response)
     store.add_note(sid, 1, 1, f"client_metadata: {text}")
+    attempt = AttemptRecord("alpha", 0.5, 1, "failed", "check", f"pytest {text}", 1, "refs/fugu/x")
+    turn.attempt(1, attempt, f"output {text}")
 
 
 def rows(store: Store, sid: str) -> dict[str, list[tuple[object, ...]]]:

@@ -7,8 +7,9 @@ attempt it calls `escalate` (no attempts yet: it names the first attempt's worke
 worker is left); after each attempt it runs the check and appends `Attempt(worker, cost_usd, passed)`. A
 passed check ends the turn; after a failed one it calls `escalate` again: a `RouteDecision` names the next
 attempt's worker (never one that made an attempt this turn), a `Stop` says why none is worth it (a budget,
-`max_attempts`, every worker tried, or the learned policy's stop rule). Within an attempt `pick` works as
-always, except that it never hands a step to a worker that failed the check this turn
+`max_attempts`, every worker tried, or the learned policy's stop rule). The session (fugu_cli/attempts.py)
+keeps every step of an attempt on its worker; `pick` is asked only when that worker fails over or cannot
+hold the transcript, and never hands a step to a worker that failed the check this turn
 (`RouteState.barred`).
 """
 

@@ -94,6 +94,14 @@ def restore(root: Path, sha: str) -> list[str]:
     return sorted(path for _, path in changes)
 
 
+def differs(root: Path, sha: str) -> bool:
+    """Whether the working tree of `root` differs from the checkpoint `sha` (a sha the store does not hold
+    counts as different)."""
+    store = _open(root)
+    found = _store_git(root, store, "rev-parse", "--verify", "-q", f"{sha}^{{tree}}", check=False)
+    return found.returncode != 0 or _snapshot(root, store) != found.stdout.strip()
+
+
 def prune(root: Path, keep_sessions: int = 20, keep: frozenset[str] = frozenset()) -> list[str]:
     """Delete the checkpoints of all but the newest `keep_sessions` sessions (and the objects only they
     held); sessions in `keep` stay. Return the refs deleted."""

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fugu_cli.errors import FuguError, UsageError
-from fugu_cli.ui.phrases import err, tool_summary
+from fugu_cli.ui.phrases import err, record_text, tool_summary
 
 if TYPE_CHECKING:
     from fugu_cli.calls import Condition
@@ -159,6 +159,10 @@ def sessions_show(session_id: str) -> int:
                     print(f"    {c.agent}: {tool_summary(c.tool, c.arguments)}{flag}")
     for note in dict.fromkeys(n.text for n in store.notes(row.id)):
         print(f"not honoured: {note}")
+    numbers: dict[int, int] = {}
+    for turn, attempt in store.attempts(row.id):
+        numbers[turn] = numbers.get(turn, 0) + 1
+        print(f"turn {turn} attempt {numbers[turn]}: {record_text(attempt)}")
     return 0
 
 

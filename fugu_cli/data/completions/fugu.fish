@@ -66,6 +66,7 @@ complete -c fugu -n '__fugu_at \'\'' -l print -s p -d 'Run the task non-interact
 complete -c fugu -n '__fugu_at \'\'' -l output-format -x -a 'text json stream-json' -d 'text, json (one object) or stream-json (a line per event).'
 complete -c fugu -n '__fugu_at \'\'' -l max-turns -x -d 'Most steps per task.'
 complete -c fugu -n '__fugu_at \'\'' -l max-budget-usd -x -d 'Stop when the task has cost this much.'
+complete -c fugu -n '__fugu_at \'\'' -l check -x -d 'A shell command that judges each attempt (exit 0 passes; auto: the repository\'s test command); a failed attempt is set aside and the next worker tries.'
 complete -c fugu -n '__fugu_at \'\'' -l worker -x -d 'Force this worker for every step.'
 complete -c fugu -n '__fugu_at \'\'' -l model -x -d 'Force a worker by name or litellm model id; auto: the router picks.'
 complete -c fugu -n '__fugu_at \'\'' -l pool -r -F -d 'A TOML file of [[workers]].'
