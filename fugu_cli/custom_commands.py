@@ -96,7 +96,7 @@ def _parse(name: str, path: Path, scope: str) -> CustomCommand | None:
         text = path.read_text(encoding="utf-8-sig", errors="replace")
     except OSError:
         return None
-    meta, body = _front_matter(text)
+    meta, body = front_matter(text)
     tools = meta.get("allowed-tools", "")
     return CustomCommand(
         name=name,
@@ -105,12 +105,12 @@ def _parse(name: str, path: Path, scope: str) -> CustomCommand | None:
         body=body,
         description=meta.get("description", ""),
         argument_hint=meta.get("argument-hint", ""),
-        allowed_tools=tuple(t for t in _split_tools(tools) if t),
+        allowed_tools=tuple(t for t in split_tools(tools) if t),
         worker=meta.get("worker") or meta.get("model") or None,
     )
 
 
-def _front_matter(text: str) -> tuple[dict[str, str], str]:
+def front_matter(text: str) -> tuple[dict[str, str], str]:
     """`---` key: value lines `---` at the top (a YAML subset: scalars and [lists]), and the rest."""
     lines = text.splitlines()
     if not lines or lines[0].strip() != "---":
@@ -130,7 +130,7 @@ def _front_matter(text: str) -> tuple[dict[str, str], str]:
     return meta, "\n".join(lines[end + 1 :])
 
 
-def _split_tools(value: str) -> list[str]:
+def split_tools(value: str) -> list[str]:
     """`Bash(git add:*), Bash(git status:*), Edit` → each rule (commas inside parentheses kept)."""
     out, depth, current = [], 0, ""
     for ch in value:

@@ -18,6 +18,7 @@ from fugu_cli.store.ledger import LedgerTables
 from fugu_cli.store.rows import (
     CompactionRecord,
     CompactionRow,
+    EditCheckpointRow,
     FactRow,
     HookRunRecord,
     OutcomeRow,
@@ -37,6 +38,7 @@ __all__ = [
     "SESSION_TABLES",
     "CompactionRecord",
     "CompactionRow",
+    "EditCheckpointRow",
     "FactRow",
     "HookRunRecord",
     "OutcomeRow",

@@ -71,6 +71,16 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX hook_runs_session ON hook_runs (session_id, turn);
     """,
+    # rewind (issue 27): the tree before each turn's first change and after every call that may have
+    # changed it, with how many messages the main transcript held then
+    """
+    CREATE TABLE edit_checkpoints (
+        session_id TEXT NOT NULL, seq INTEGER NOT NULL, turn INTEGER NOT NULL, kind TEXT NOT NULL,
+        sha TEXT NOT NULL, call_id TEXT NOT NULL DEFAULT '', tool TEXT NOT NULL DEFAULT '',
+        messages INTEGER NOT NULL, created_at REAL NOT NULL
+    );
+    CREATE INDEX edit_checkpoints_session ON edit_checkpoints (session_id, seq);
+    """,
 )
 
 
@@ -88,4 +98,5 @@ SESSION_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "compactions": ("session_id", ("head_json", "focus")),
     "hook_runs": ("session_id", ("command", "stdout", "stderr")),
     "outcomes": ("session_id", ("task",)),
+    "edit_checkpoints": ("session_id", ()),
 }
