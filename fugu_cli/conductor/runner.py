@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fugu_cli.agent import AgentDeps, Limits, TurnIO
-from fugu_cli.conductor.planner import Planner, PlanRequest, total_usage
+from fugu_cli.conductor.planner import PlanRequest, Plans, total_usage
 from fugu_cli.conductor.workflow import CONDUCTOR, Step, Workflow
 from fugu_cli.events import (
     Emit,
@@ -93,7 +93,7 @@ class RunnerDeps:
     agent: AgentDeps  # template: llm, tools, policy, approver, workers, session id
     store: Store
     pool: Sequence[Worker]
-    planner: Planner
+    planner: Plans
     io: TurnIO  # the turn's events and cancel flag
 
 
@@ -235,6 +235,7 @@ class Runner:
                 steps=tuple(plan.workflow.to_json()),
                 source="recursion",
                 parent_step=i,
+                conductor=plan.planner,
             )
         )
         sub = dataclasses.replace(frame, base=start, depth=frame.depth + 1, scope=scope, parent_step=i)
