@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -22,7 +22,8 @@ from fugu_cli.checkpoints import Checkpoints
 from fugu_cli.context.budget import usage_lines
 from fugu_cli.context.guard import ContextGuard
 from fugu_cli.context.instructions import InstructionFile, Instructions
-from fugu_cli.errors import UsageError
+from fugu_cli.custom_agents import GENERAL, AgentSpec
+from fugu_cli.errors import ToolArgumentError, UsageError
 from fugu_cli.events import (
     Compacted,
     Emit,
@@ -37,6 +38,7 @@ from fugu_cli.ledger import Ledger
 from fugu_cli.llm.tokens import Window
 from fugu_cli.router import Router
 from fugu_cli.store import SessionRow, Store
+from fugu_cli.subagents import Delegation, Staff, SubagentLimits, offer
 from fugu_cli.turn_hooks import Refused, TurnClock, TurnHooks, refusal
 from fugu_cli.turn_settings import Overrides, SettingsBox, TurnSettings
 from fugu_cli.types import (
@@ -51,6 +53,7 @@ from fugu_cli.types import (
 
 if TYPE_CHECKING:
     from fugu_cli.mcp import McpManager  # asyncio and the SDK's wrappers: only a session with servers
+    from fugu_cli.tools.background import BackgroundShells, ShellInfo
 
 log = logging.getLogger("fugu")
 
@@ -67,6 +70,8 @@ class SessionConfig:
     keep_checkpoint_sessions: int = 20  # /undo checkpoint refs of older sessions are pruned
     trusted: bool = False  # the repository's folder is trusted (its commands' allowed-tools count)
     slash_commands: tuple[str, ...] = ()  # the custom commands found at start (for system/init)
+    agents: Mapping[str, AgentSpec] = field(default_factory=lambda: {GENERAL.name: GENERAL})  # for `task`
+    subagents: SubagentLimits = field(default_factory=SubagentLimits)
 
 
 class UltraMode(Protocol):
@@ -100,6 +105,7 @@ class SessionDeps:
     mcp: McpManager | None = None  # the session's MCP servers, stopped by `close`
     instructions: Instructions | None = None  # the AGENTS.md / CLAUDE.md files loaded (for /memory)
     observers: tuple[Emit, ...] = ()  # see every event of every turn too (telemetry export)
+    background: BackgroundShells | None = None  # the session's background commands, killed by `close`
 
 
 class Session:
@@ -257,15 +263,23 @@ class Session:
         self._append(Message(role="user", content=prompt))
         checkpoint = self.checkpoints.before_edit(turn, emit)
         tool_ctx = dataclasses.replace(
-            self.deps.agent.tool_ctx, before_edit=checkpoint, policy=settings.permission, grant=self.grant
+            self.deps.agent.tool_ctx,
+            before_edit=checkpoint,
+            after_edit=self.checkpoints.after_edit(turn, emit),
+            policy=settings.permission,
+            grant=self.grant,
+            background=self.deps.background,
         )
-        deps = dataclasses.replace(self.deps.agent, tool_ctx=tool_ctx)
+        tools = self.deps.agent.tools
+        if self.deps.background is None:
+            tools = tools.filtered(lambda n: n not in ("shell_output", "shell_kill"))
+        deps = dataclasses.replace(self.deps.agent, tool_ctx=tool_ctx, tools=tools)
         on_stop = self._hooks.on_stop(lambda: site, settings.mode, emit)
 
         def fugu_turn() -> TurnResult:
             pick = self._picker(emit, settings.worker)
             brief = self.repo_map_text()
-            return Agent(deps).run(
+            return Agent(self._staffed(deps, turn, io)).run(
                 self.messages, turn, pick, settings.limits, io, brief=brief, on_stop=on_stop
             )
 
@@ -278,6 +292,33 @@ class Session:
             emit(Notice(session_id=self.id, level="warning", text=outcome.reason))
             return outcome.merged(fugu_turn())
         return outcome
+
+    def _staffed(self, deps: AgentDeps, turn: int, io: TurnIO) -> AgentDeps:
+        """The turn's agent with its `task` tool: subagents the router staffs (the user's forced worker is
+        the turn's own; a custom agent may name its worker), offered by name and description. Without
+        subagents (`[subagents] max_depth = 0`, or `--tools` left `task` out) the tool is not offered."""
+        limits, agents = self.config.subagents, self.config.agents
+        deps = dataclasses.replace(deps, tools=deps.tools.filtered(lambda n: n != "exit_plan_mode"))
+        if limits.max_depth < 1 or "task" not in deps.tools.names():
+            return dataclasses.replace(deps, tools=deps.tools.filtered(lambda n: n != "task"))
+        deps = dataclasses.replace(deps, tools=offer(deps.tools, agents))
+        pick = self._picker(io.emit, None)
+        staff = Staff(deps, pick, agents, limits, io, self.config.system_prompt, turn)
+        tool_ctx = dataclasses.replace(deps.tool_ctx, delegate=Delegation(staff, io.emit))
+        return dataclasses.replace(deps, tool_ctx=tool_ctx)
+
+    def background_shells(self) -> list[ShellInfo]:
+        """The session's background commands, running or done (`/ps`)."""
+        return self.deps.background.list() if self.deps.background is not None else []
+
+    def stop_shell(self, shell_id: str) -> ShellInfo:
+        """Stop a background command (`/stop ID`)."""
+        if self.deps.background is None:
+            raise UsageError("this session runs no background commands")
+        try:
+            return self.deps.background.kill(shell_id)
+        except ToolArgumentError as e:
+            raise UsageError(str(e)) from None
 
     def _tell(self, emit: Emit) -> None:
         """Say the session's notices and hints once (at its first turn), and what its MCP servers report."""
@@ -297,7 +338,10 @@ class Session:
                 emit(Notice(session_id=self.id, level="warning", text=notice))
 
     def close(self) -> None:
-        """End the session's processes: its MCP servers stop. The session's record stays in the store."""
+        """End the session's processes: its background commands are killed, its MCP servers stop. The
+        session's record stays in the store."""
+        if self.deps.background is not None:
+            self.deps.background.close()
         if self.deps.mcp is not None:
             self.deps.mcp.close()
 

@@ -175,6 +175,16 @@ class Delegation:
         return fixed_picker(worker, list(workers.values()), f"agent {spec.name}")
 
 
+def offer(registry: ToolRegistry, agents: Mapping[str, AgentSpec]) -> ToolRegistry:
+    """`registry` with its `task` tool telling the workers which agents they may hand a subtask to."""
+    if "task" not in registry.names():
+        return registry
+    tool = registry.get("task")
+    listed = "\n".join(f"- {a.name}: {a.description}" for a in agents.values())
+    described = f"{tool.description}\n\nAgents (subagent_type):\n{listed}"
+    return registry.replacing(dataclasses.replace(tool, description=described))
+
+
 def _tools(registry: ToolRegistry, spec: AgentSpec, policy: PermissionPolicy, nested: bool) -> ToolRegistry:
     """What a subagent may call: its agent's tools (all by default), read-only ones unless the caller's
     permissions allow more, `task` only while nesting is allowed, never the caller's list or plan."""

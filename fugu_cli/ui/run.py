@@ -24,8 +24,8 @@ from fugu_cli.events import (
     Event,
     SessionStarted,
     TurnFinished,
-    WorkflowAgentEvent,
     result_json,
+    unwrap,
 )
 from fugu_cli.options import RunOptions
 from fugu_cli.types import TurnResult, Usage, WorkerUsage
@@ -320,8 +320,7 @@ class _Render:
     def _count(self, event: Event) -> None:
         if isinstance(event, SessionStarted):
             self._started, self._seen = time.monotonic(), []
-        while isinstance(event, WorkflowAgentEvent):
-            event = event.inner
+        event = unwrap(event)
         if isinstance(event, AssistantMessage):
             self._seen.append(event)
 
