@@ -51,7 +51,9 @@ def _roles(request_messages: list[dict[str, Any]]) -> list[str]:
     return [m["role"] for m in request_messages]
 
 
-def test_a_custom_agent_by_name_runs_isolated_on_its_own_worker(tmp_path: Path, loopback: LoopbackServer) -> None:
+def test_a_custom_agent_by_name_runs_isolated_on_its_own_worker(
+    tmp_path: Path, loopback: LoopbackServer
+) -> None:
     repo = make_repo(tmp_path / "repo")
     (repo / ".claude" / "agents").mkdir(parents=True)
     (repo / ".claude" / "agents" / "finder.md").write_text(FINDER)
@@ -124,7 +126,9 @@ def test_the_router_staffs_a_general_subagent_and_an_untrusted_repo_offers_no_ag
     assert "no agent named 'finder'" in refused[0]["content"]
     # the lead was forced (--worker lead); its subagent was routed: the prior picked the higher priority
     routes = [
-        r for r in lines if r.get("parent_tool_use_id") and r.get("subtype") == "route" and r["type"] == "system"
+        r
+        for r in lines
+        if r.get("parent_tool_use_id") and r.get("subtype") == "route" and r["type"] == "system"
     ]
     assert routes and all(r["worker"] == "scout" for r in routes)
     answered = [m for m in lead[2].messages if m["role"] == "tool"]
