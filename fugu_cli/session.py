@@ -152,6 +152,10 @@ class Session:
         """Change what tools may do from the next turn on."""
         self._settings.set_mode(mode)
 
+    def set_planning(self, on: bool) -> None:
+        """Plan mode from the next turn (`/plan`): read-only until the user approves the workers' plan."""
+        self._settings.set_planning(on)
+
     def set_worker(self, name: str | None) -> None:
         """Force a worker for the following turns (None: back to the router)."""
         self._check_worker(name)
@@ -266,9 +270,10 @@ class Session:
             self.deps.agent.tool_ctx,
             before_edit=checkpoint,
             after_edit=self.checkpoints.after_edit(turn, emit),
-            policy=settings.permission,
+            policy=settings.policy,
             grant=self.grant,
             background=self.deps.background,
+            leave_plan=self._plan_approved if settings.planning else None,
         )
         tools = self.deps.agent.tools
         if self.deps.background is None:
@@ -278,8 +283,8 @@ class Session:
 
         def fugu_turn() -> TurnResult:
             pick = self._picker(emit, settings.worker)
-            brief = self.repo_map_text()
-            return Agent(self._staffed(deps, turn, io)).run(
+            brief = "\n\n".join(t for t in (self._plan_note(settings), self.repo_map_text()) if t)
+            return Agent(self._staffed(deps, turn, io, settings.planning)).run(
                 self.messages, turn, pick, settings.limits, io, brief=brief, on_stop=on_stop
             )
 
@@ -293,12 +298,22 @@ class Session:
             return outcome.merged(fugu_turn())
         return outcome
 
-    def _staffed(self, deps: AgentDeps, turn: int, io: TurnIO) -> AgentDeps:
+    def _plan_note(self, settings: TurnSettings) -> str:
+        from fugu_cli import prompts
+
+        return prompts.load("plan_mode") if settings.planning else ""
+
+    def _plan_approved(self, mode: PermissionMode) -> None:
+        """The user approved the plan: the turn goes on in `mode`, and so do the following turns."""
+        self._settings.set_mode(mode, planning=False)
+
+    def _staffed(self, deps: AgentDeps, turn: int, io: TurnIO, planning: bool) -> AgentDeps:
         """The turn's agent with its `task` tool: subagents the router staffs (the user's forced worker is
         the turn's own; a custom agent may name its worker), offered by name and description. Without
         subagents (`[subagents] max_depth = 0`, or `--tools` left `task` out) the tool is not offered."""
         limits, agents = self.config.subagents, self.config.agents
-        deps = dataclasses.replace(deps, tools=deps.tools.filtered(lambda n: n != "exit_plan_mode"))
+        if not planning:
+            deps = dataclasses.replace(deps, tools=deps.tools.filtered(lambda n: n != "exit_plan_mode"))
         if limits.max_depth < 1 or "task" not in deps.tools.names():
             return dataclasses.replace(deps, tools=deps.tools.filtered(lambda n: n != "task"))
         deps = dataclasses.replace(deps, tools=offer(deps.tools, agents))
@@ -306,6 +321,12 @@ class Session:
         staff = Staff(deps, pick, agents, limits, io, self.config.system_prompt, turn)
         tool_ctx = dataclasses.replace(deps.tool_ctx, delegate=Delegation(staff, io.emit))
         return dataclasses.replace(deps, tool_ctx=tool_ctx)
+
+    def todo_arguments(self) -> str | None:
+        """The arguments of the last todo list the workers wrote in this session (None: none yet); the
+        ledger keeps it, so it survives `--continue`."""
+        done = [c for c in self.ledger.tool_calls() if c.tool == "todo_write" and not c.is_error]
+        return done[-1].arguments if done else None
 
     def background_shells(self) -> list[ShellInfo]:
         """The session's background commands, running or done (`/ps`)."""

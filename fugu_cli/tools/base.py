@@ -55,6 +55,15 @@ class Invocation:
         prefixes = list(dict.fromkeys(p.prefix for p in checked))
         verdicts = {p.prefix: self.ctx.policy.check(self.kind, p.prefix, p.opaque) for p in checked}
         decisions = [verdicts[p] for p in prefixes]
+        if (
+            self.ctx.leave_plan is not None
+            and self.ctx.policy.mode == "read-only"
+            and "allow" not in decisions
+        ):
+            raise PermissionDenied(
+                f"Permission denied: {summary} (plan mode: change nothing until the user approves your plan; "
+                "call exit_plan_mode with it)"
+            )
         if "deny" in decisions or ("ask" in decisions and self.ctx.approve is None):
             refused = [p for p in checked if verdicts[p.prefix] != "allow"]
             raise PermissionDenied(

@@ -352,6 +352,10 @@ def approval_text(request: ApprovalRequest, full: bool) -> Text:
     """The question's context: who wants to do what, and a preview (or, with `full`, all) of the diff."""
     text = Text("? ", style="bold yellow")
     text.append(request.agent or "a worker", style="bold cyan")
+    if request.tool == "exit_plan_mode":  # the whole plan: it is what the user approves
+        text.append(" has a plan:\n")
+        text.append("    " + request.detail.strip().replace("\n", "\n    ") + "\n", style="bold")
+        return text
     if request.kind == "exec" and request.tool in ("shell", "git_commit"):
         text.append(f" wants to run $ {request.summary.removeprefix('shell: ')}\n")
     elif request.kind == "exec":

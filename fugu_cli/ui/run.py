@@ -268,7 +268,11 @@ def _controls(session: Session, stopper: Stopper, asker: Asker | None) -> Contro
     return Controls(
         models=models,
         interrupt=interrupt,
-        set_permission_mode=lambda name: session.set_permission_mode(permission_mode(name)),
+        set_permission_mode=lambda name: (
+            session.set_planning(True)
+            if name == "plan"
+            else session.set_permission_mode(permission_mode(name))
+        ),
         set_model=lambda model: session.set_worker(worker_named(session.pool, model)),
         mcp_status=lambda: [{"name": n, "status": s} for n, s in session.mcp_servers()],
         commands=lambda: [

@@ -1,0 +1,71 @@
+"""The agent's own moves in the real REPL (a pty, loopback workers): plan mode ends with a plan the user
+approves before any file changes, the todo list is shown as it is written, and a subagent's steps appear
+under the `task` call that started it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers import BUGGY, FIXED, call, tool_reply
+from tests.loopback import LoopbackServer
+from tests.ui.test_repl_pty import PROMPT, SLOW, Term, repo, server
+
+__all__ = ["repo", "server"]  # the fixtures, shared with the REPL's other pty tests
+
+PLAN = "1. In calc.py, make add() return a + b.\n2. Run python3 test_calc.py."
+TODOS = [
+    {"content": "Fix add in calc.py", "status": "pending"},
+    {"content": "Run the test", "status": "pending"},
+]
+EDIT = call("edit_file", path="calc.py", old_text="a - b", new_text="a + b")
+
+
+def test_plan_mode_asks_before_anything_changes_then_runs_the_plan(
+    repo: Path, server: LoopbackServer
+) -> None:
+    server.script(
+        "alpha",
+        [
+            tool_reply(call("read_file", path="calc.py")),
+            tool_reply(EDIT),  # refused: plan mode is read-only
+            tool_reply(call("todo_write", todos=TODOS)),
+            tool_reply(call("exit_plan_mode", plan=PLAN)),
+            tool_reply(EDIT),
+            tool_reply(call("todo_write", todos=[{**t, "status": "completed"} for t in TODOS])),
+            "Fixed add().",
+        ],
+    )
+    child = Term(repo)
+    child.turn("/plan")
+    child.expect("plan mode: the workers explore read-only")
+    child.expect(r"fugu \[plan\] ›")
+    child.wait_raw()
+    child.send("fix the failing test\r")
+    child.expect(r"alpha ▸ edit calc\.py", timeout=SLOW)
+    child.expect("☐ Fix add in calc.py", timeout=SLOW)
+    child.expect("alpha has a plan:", timeout=SLOW)
+    child.expect(r"make add\(\) return a \+ b")
+    child.expect(r"Run this plan\?")
+    assert (repo / "calc.py").read_text() == BUGGY  # nothing changed before the approval
+    child.send("a")
+    child.expect("running the plan, edits accepted")
+    child.expect(r"alpha ▸ edit calc\.py", timeout=SLOW)
+    child.expect("✔ Run the test", timeout=SLOW)
+    child.expect("Fixed add().", timeout=SLOW)
+    child.finished()
+    assert (repo / "calc.py").read_text() == FIXED
+
+    requests = server.requests_for("alpha")
+    first = requests[0]
+    assert any("You are in plan mode" in (m.get("content") or "") for m in first.messages)
+    assert "exit_plan_mode" in {t["function"]["name"] for t in first.body["tools"]}
+    refused = [m for m in requests[2].messages if m["role"] == "tool"][-1]["content"]
+    assert refused.startswith("Permission denied") and "plan mode: change nothing" in refused
+    approved = [m for m in requests[4].messages if m["role"] == "tool"][-1]["content"]
+    assert approved.startswith("The user approved the plan")
+
+    child.send("/todos\r")
+    child.expect("✔ Fix add in calc.py")
+    child.expect(PROMPT)
+    assert "[plan]" not in child.text[child.pos - 20 :]  # the approval left plan mode
+    child.quit()
