@@ -69,3 +69,27 @@ def test_plan_mode_asks_before_anything_changes_then_runs_the_plan(
     child.expect(PROMPT)
     assert "[plan]" not in child.text[child.pos - 20 :]  # the approval left plan mode
     child.quit()
+
+
+def test_a_subagents_steps_show_under_its_task_call(repo: Path, server: LoopbackServer) -> None:
+    task = call("task", description="find add", prompt="Where is add() defined? Report file and line.")
+    # the turn's steps and its subagent's (the router staffs it with alpha, the top priority) in order
+    server.script(
+        "alpha", [tool_reply(task), tool_reply(call("grep", pattern="def add")), "calc.py:1", "In calc.py."]
+    )
+    child = Term(repo)
+    child.turn("where is add?")
+    child.expect("⤷ subagent general-purpose: find add", timeout=SLOW)
+    child.expect(r"│ ↳ alpha \(.*prior.*\) · grep def add", timeout=SLOW)
+    child.expect(r"│ ↳ alpha .* · \$0\.\d+", timeout=SLOW)
+    child.expect(r"╰ general-purpose: success, 2 steps, alpha", timeout=SLOW)
+    child.expect(r"alpha ▸ task → general-purpose: find add")
+    child.expect("In calc.py.", timeout=SLOW)
+    child.finished()
+    sub = server.requests_for("alpha")[1].messages
+    assert [m["role"] for m in sub] == ["system", "user"] and "where is add?" not in str(sub)
+    child.send("/trace\r")
+    child.expect(r"\[main/t1\.")
+    child.expect(r"alpha: grep def add")
+    child.expect(PROMPT)
+    child.quit()
