@@ -37,7 +37,7 @@ from fugu_cli.hooks import Hooks, Site
 from fugu_cli.ledger import Ledger
 from fugu_cli.llm.tokens import Window
 from fugu_cli.router import Router
-from fugu_cli.store import SessionRow, Store
+from fugu_cli.store import CompactionRecord, EditCheckpointRow, SessionRow, Store
 from fugu_cli.subagents import Delegation, Staff, SubagentLimits, offer
 from fugu_cli.turn_hooks import Refused, TurnClock, TurnHooks, refusal
 from fugu_cli.turn_settings import Overrides, SettingsBox, TurnSettings
@@ -495,6 +495,27 @@ class Session:
     def _last_turn(self) -> int:
         """The last turn stored (a compacted transcript no longer holds every turn's message)."""
         return max(self.deps.store.last_turn(self.id), sum(1 for m in self.messages if m.role == "user"))
+
+    def rewind_points(self) -> list[EditCheckpointRow]:
+        """The states `/rewind` can go back to, oldest first: before each turn's first change, and after
+        every call that may have changed the tree."""
+        return self.checkpoints.points()
+
+    def rewind(self, seq: int, code: bool = True, conversation: bool = False) -> list[str]:
+        """Go back to checkpoint `seq`: the tree exactly as it was (untracked files included), and/or the
+        conversation as the workers saw it then (kept as a compaction, so `--continue` resumes from there).
+        Returns the paths restored."""
+        with self._lock, self.deps.store.session_lock(self.id):
+            self._catch_up()
+            point = self.checkpoints.point(seq)
+            restored = self.checkpoints.restore(point) if code else []
+            if conversation:
+                messages = self.checkpoints.conversation_at(point)
+                record = CompactionRecord(tuple(messages), 0, 0, 0, "rewind", "")
+                self.ledger.turn(self.turn).compacted(record)
+                self.messages = messages
+                self._seen = self.ledger.message_count()
+            return restored
 
     def undo(self) -> list[str]:
         """Restore the tree to its state before the last turn that changed it. Returns the restored paths."""

@@ -1,6 +1,6 @@
 """The slash commands of the agent's own moves: `/plan` (plan mode), `/todos` (the workers' list), `/agents`
-(what `task` may hand work to), `/ps` and `/stop` (background commands). Each takes the console and the
-session; ui/commands.py lists them. Prints only through the console it is given.
+(what `task` may hand work to), `/ps` and `/stop` (background commands), `/rewind` (back to any edit).
+Each takes the console and the session; ui/commands.py lists them. Prints only through that console.
 """
 
 from __future__ import annotations
@@ -70,3 +70,43 @@ def stop(console: Console, session: Session, arg: str) -> None:
         raise UsageError("usage: /stop ID (/ps lists them)")
     info = session.stop_shell(arg.strip())
     _say(console, f"{info.id}: {info.state}", "green")
+
+
+REWIND_WHAT = {"both": (True, True), "code": (True, False), "conversation": (False, True)}
+
+
+def rewind(console: Console, session: Session, arg: str) -> None:
+    """`/rewind`: the checkpoints; `/rewind N [both|code|conversation]`: back to checkpoint N."""
+    words = arg.split()
+    if not words:
+        _rewind_list(console, session)
+        return
+    if not words[0].isdigit() or len(words) > 2 or (len(words) == 2 and words[1] not in REWIND_WHAT):
+        raise UsageError("usage: /rewind [N [both|code|conversation]] (/rewind lists the checkpoints)")
+    code, conversation = REWIND_WHAT[words[1] if len(words) == 2 else "both"]
+    paths = session.rewind(int(words[0]), code=code, conversation=conversation)
+    said = []
+    if code:
+        said.append(f"restored {len(paths)} path(s)" + (f": {', '.join(paths)}" if paths else ""))
+    if conversation:
+        said.append(f"the conversation is back to checkpoint {words[0]} ({len(session.messages)} messages)")
+    _say(console, "; ".join(said), "green")
+
+
+def _rewind_list(console: Console, session: Session) -> None:
+    from fugu_cli.ui.phrases import tool_summary
+
+    points = session.rewind_points()
+    if not points:
+        _say(console, "no checkpoint yet: they are taken as the workers change files", "dim")
+        return
+    calls = {c.call_id: c for c in session.ledger.tool_calls()}
+    for p in points:
+        when = time.strftime("%H:%M:%S", time.localtime(p.created_at))
+        if p.kind == "turn":
+            what = "before the turn's first change"
+        else:
+            c = calls.get(p.call_id)
+            what = "after " + (tool_summary(c.tool, c.arguments) if c else p.tool)
+        _say(console, f"{p.seq:>3}  turn {p.turn}  {when}  {what}")
+    _say(console, "/rewind N [both|code|conversation] goes back to N (both by default)", "dim")

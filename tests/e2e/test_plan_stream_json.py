@@ -53,7 +53,8 @@ def test_the_plan_is_a_control_request_and_files_change_only_after_it_is_allowed
         async with ClaudeSDKClient(options) as client:
             await client.set_permission_mode("plan")
             await client.query("fix the failing test")
-            return [m async for m in client.receive_response()]
+            received = [m async for m in client.receive_response()]
+        return received
 
     messages = asyncio.run(talk())
     init = next(m for m in messages if isinstance(m, SystemMessage) and m.subtype == "init")

@@ -59,7 +59,9 @@ def test_a_dev_server_answers_while_the_agent_works_and_dies_with_the_session(
     results = [r.messages[-1]["content"] for r in requests[1:]]
     assert "Started in the background as bg1" in results[0]
     assert "bg1: running" in results[1] and f"Serving HTTP on 127.0.0.1 port {port}" in results[1]
-    assert "def add(a, b)" in results[2] and "[exit code: 0]" in results[2]  # the server answered a later step
+    assert (
+        "def add(a, b)" in results[2] and "[exit code: 0]" in results[2]
+    )  # the server answered a later step
     assert "GET /calc.py" in results[3] and "bg1: running" in results[3]
     assert not _listening(port), "the dev server outlived the session"
 
