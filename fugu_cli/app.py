@@ -308,7 +308,9 @@ def assemble(
     row = _resumed_row(store, opts) if opts.resuming else None
     messages = store.transcript(row.id) if row else []
     router = resolved.routers.make()
-    sid = row.id if row else new_session_id()
+    sid = row.id if row and not opts.fork_session else new_session_id()
+    if row is not None and opts.fork_session:
+        row = _forked(store, row, sid, messages)
     if row is None:
         pool_json = json.dumps([asdict(w) for w in resolved.pool])
         store.create_session(sid, str(root), "ultra" if config.ultra else "fugu", pool_json, router.name)
@@ -389,6 +391,19 @@ def assemble(
         background=BackgroundShells(),
     )
     return Session(deps, session_config, messages)
+
+
+def _forked(store: Store, row: SessionRow, sid: str, messages: Sequence[Message]) -> SessionRow:
+    """`--fork-session`: a new session `sid` holding `row`'s transcript as it stands (the original goes on
+    unchanged); its checkpoints start afresh."""
+    store.create_session(sid, row.cwd, row.mode, row.pool_json, row.router)
+    ledger = Ledger(store, sid)
+    for message in messages:
+        ledger.turn(0).message(message)
+    store.touch_session(sid, title=f"fork of {row.id[:8]}: {row.title}"[:80])
+    forked = store.get_session(sid)
+    assert forked is not None
+    return forked
 
 
 def _agent_notices(config: Config, root: Path) -> tuple[str, ...]:

@@ -93,3 +93,25 @@ def test_rewinding_the_code_only_keeps_the_conversation(tmp_path: Path) -> None:
     before = list(session.messages)
     assert session.rewind(1, code=True, conversation=False) == ["calc.py"]
     assert (repo / "calc.py").read_text() == BUGGY and session.messages == before
+
+
+def test_fork_session_starts_a_new_session_from_a_resumed_ones_point(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    pool = write_pool(tmp_path / "pool.toml", [{"name": "solo", "model": "openai/solo"}])
+    first = _session(repo, pool, ScriptedLLM(["Hello."]))
+    first.run_turn("say hello")
+    opts = RunOptions(
+        cwd=repo, pool=str(pool), permission_mode="full-auto", resume=first.id, fork_session=True
+    )
+    script = ScriptedLLM(["Forked."])
+    fork = build_session(opts, llm=script)
+    assert fork.id != first.id and fork.messages == first.messages
+    fork.run_turn("go on in the fork")
+    assert [m.content for m in script.calls[0].messages if m.role == "user"] == [
+        "say hello",
+        "go on in the fork",
+    ]
+    original = _session(repo, pool, ScriptedLLM(), resume=first.id)
+    assert original.messages == first.messages  # the original is untouched
+    rows = {r.id: r for r in fork.recent_sessions()}
+    assert rows[fork.id].title.startswith(f"fork of {first.id[:8]}")
