@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from fugu_cli.tools.background import BackgroundShells, ShellInfo
 
 log = logging.getLogger("fugu")
+_TURN_ONLY = ("task", "exit_plan_mode")  # a fugu-mode turn's own agent's: ultra mode's steps never get them
 
 
 @dataclass(frozen=True)
@@ -290,8 +291,9 @@ class Session:
 
         if not settings.ultra or self.deps.ultra is None:
             return fugu_turn()
+        steps = dataclasses.replace(deps, tools=deps.tools.filtered(lambda n: n not in _TURN_ONLY))
         outcome = self.deps.ultra.run_turn(
-            prompt, turn, io, agent=deps, before_apply=checkpoint, record=self._append
+            prompt, turn, io, agent=steps, before_apply=checkpoint, record=self._append
         )
         if isinstance(outcome, FallBack):
             emit(Notice(session_id=self.id, level="warning", text=outcome.reason))
@@ -373,7 +375,9 @@ class Session:
             session_id=self.id,
             cwd=str(self.config.root),
             workers=tuple(self.workers),
-            tools=tuple(self.deps.agent.tools.names()),
+            tools=tuple(
+                n for n in self.deps.agent.tools.names() if n != "exit_plan_mode" or settings.planning
+            ),
             permission_mode=settings.mode,
             router=self.config.router_name,
             model=forced.model if forced else "auto",

@@ -453,6 +453,12 @@ COMMANDS: dict[str, Command] = {
             _moves("plan"),
         ),
         Command("todos", "", "the workers' todo list", _moves("todos")),
+        Command(
+            "rewind",
+            "[N [both|code|conversation]]",
+            "back to any edit: files, conversation",
+            _moves("rewind"),
+        ),
         Command("agents", "", "the agents the workers may hand a subtask to (task)", _moves("agents")),
         Command("ps", "", "background commands the workers started", _moves("ps")),
         Command("stop", "ID", "stop a background command", _moves("stop")),

@@ -93,3 +93,41 @@ def test_a_subagents_steps_show_under_its_task_call(repo: Path, server: Loopback
     child.expect(r"alpha: grep def add")
     child.expect(PROMPT)
     child.quit()
+
+
+def test_rewind_lists_every_edit_and_goes_back_to_one(repo: Path, server: LoopbackServer) -> None:
+    server.script(
+        "alpha",
+        [
+            tool_reply(call("write_file", path="notes.txt", content="first\n")),
+            tool_reply(EDIT),
+            tool_reply(call("write_file", path="extra.txt", content="third\n")),
+            "Three edits.",
+            "Back.",
+        ],
+    )
+    child = Term(repo, "--permission-mode", "full-auto")
+    child.turn("make three edits")
+    child.expect("Three edits.", timeout=SLOW)
+    child.finished()
+    child.send("/rewind\r")
+    child.expect(r"1  turn 1  [\d:]+  before the turn's first change")
+    child.expect(r"2  turn 1  [\d:]+  after write notes\.txt")
+    child.expect(r"3  turn 1  [\d:]+  after edit calc\.py")
+    child.expect(r"4  turn 1  [\d:]+  after write extra\.txt")
+    child.expect(PROMPT)
+    child.wait_raw()
+    child.send("/rewind 3\r")
+    child.expect(r"restored 1 path\(s\): extra\.txt; the conversation is back to checkpoint 3")
+    child.expect(PROMPT)
+    assert not (repo / "extra.txt").exists() and (repo / "calc.py").read_text() == FIXED
+    assert (repo / "notes.txt").read_text() == "first\n"
+    child.wait_raw()
+    child.send("where are we?\r")
+    child.expect("Back.", timeout=SLOW)
+    child.finished()
+    sent = server.requests_for("alpha")[-1].messages
+    said = [m for m in sent if m["role"] != "system"]  # fugu's instructions and the repo map aside
+    assert [m["role"] for m in said] == ["user", "assistant", "tool", "assistant", "tool", "user"]
+    assert "extra.txt" not in str(said), said
+    child.quit()
