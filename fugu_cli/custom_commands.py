@@ -120,13 +120,19 @@ def front_matter(text: str) -> tuple[dict[str, str], str]:
     except StopIteration:
         return {}, text
     meta: dict[str, str] = {}
+    last = None
     for line in lines[1:end]:
         key, sep, value = line.partition(":")
-        if sep and key.strip() and not key.startswith((" ", "#")):
+        if line.startswith((" ", "\t")) and last is not None and line.strip():  # a folded value goes on
+            meta[last] = f"{meta[last]} {line.strip()}".strip()
+        elif sep and key.strip() and not key.startswith("#"):
             value = value.strip()
             if value.startswith("[") and value.endswith("]"):
                 value = value[1:-1]
-            meta[key.strip().lower()] = value.strip().strip("\"'")
+            elif value in (">", "|", ">-", "|-"):  # a block scalar: its lines follow
+                value = ""
+            last = key.strip().lower()
+            meta[last] = value.strip().strip("\"'")
     return meta, "\n".join(lines[end + 1 :])
 
 
