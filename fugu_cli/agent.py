@@ -40,6 +40,7 @@ from fugu_cli.types import (
     Completion,
     Denial,
     Message,
+    PermissionMode,
     RouteDecision,
     RouteState,
     ToolCall,
@@ -104,6 +105,12 @@ class _Tally:
         self.usage = self.usage + usage
         step = WorkerUsage.of_step(worker.model, usage)
         self.workers[worker.name] = self.workers.get(worker.name, WorkerUsage()) + step
+
+    def spend(self, spent: Sequence[tuple[str, WorkerUsage]]) -> None:
+        """What a tool call's subagent spent: it counts toward this run's cost and budget."""
+        for name, w in spent:
+            self.usage = self.usage + Usage(w.prompt_tokens, w.completion_tokens, w.cached_tokens, w.cost_usd)
+            self.workers[name] = self.workers.get(name, WorkerUsage()) + w
 
 
 @dataclass(frozen=True)
@@ -170,6 +177,7 @@ class _Run:
         )
         self.tally = _Tally()
         self.policy = deps.tool_ctx.policy  # this run's own: "always" answers extend it, nobody else's
+        self.left_plan = False  # the user approved the plan: the run goes on in the mode they chose
         self.failed: set[str] = set()
         self.started = time.monotonic()
         self.sid = deps.session_id
@@ -354,7 +362,7 @@ class _Run:
         results: list[ToolResult] = []
         for call in reply.tool_calls:
             ran = call
-            ctx = self._tool_ctx(worker)  # per call: an "always" answer holds for the next one
+            ctx = self._tool_ctx(worker, call)  # per call: an "always" answer holds for the next one
             if self._cancelled():
                 result = ToolResult(call.id, call.name, "Not run: the user interrupted.", is_error=True)
             elif self.hook_stop is not None:
@@ -364,6 +372,7 @@ class _Run:
                 self._emit(ToolStarted(session_id=self.sid, step=step, worker=worker, call=call))
                 ran, result = self._call_tool(call, ctx, Site(self.ledger, step, worker))
             self.ledger.tool_call(step, worker, ran, result)
+            self.tally.spend(result.spent)
             self._append(
                 Message(
                     role="tool", content=result.content, tool_call_id=call.id, name=call.name, worker=worker
@@ -395,7 +404,9 @@ class _Run:
             self.hook_stop = e
         return call, result
 
-    def _tool_ctx(self, worker: str) -> ToolContext:
+    def _tool_ctx(self, worker: str, call: ToolCall) -> ToolContext:
+        spent = self.tally.usage.cost_usd
+        budget = self.limits.max_budget_usd
         return dataclasses.replace(
             self.d.tool_ctx,
             agent=worker,
@@ -403,7 +414,17 @@ class _Run:
             notify=self._notifier(),
             policy=self.policy,
             grant=self._grant,
+            call_id=call.id,
+            budget_left=None if budget is None else max(budget - spent, 0.0),
+            leave_plan=self._leave_plan if self.d.tool_ctx.leave_plan and not self.left_plan else None,
         )
+
+    def _leave_plan(self, mode: PermissionMode) -> None:
+        """The user approved the plan: this run goes on in `mode`, and its owner (the session) is told."""
+        self.policy = dataclasses.replace(self.policy, mode=mode)
+        self.left_plan = True
+        if self.d.tool_ctx.leave_plan is not None:
+            self.d.tool_ctx.leave_plan(mode)
 
     def _grant(self, prefix: str) -> None:
         """An "always" answer: this run allows `prefix` from now on, and its owner (the session) is told."""

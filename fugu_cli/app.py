@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fugu_cli import custom_agents
 from fugu_cli.agent import AgentDeps, Limits, TurnIO
 from fugu_cli.calls import HealthSettings, RetryPolicy, WorkerCall, WorkerHealth
 from fugu_cli.config import Config, fugu_home, load_config, user_config_path
@@ -34,7 +35,9 @@ from fugu_cli.router.prior import PriorRouter
 from fugu_cli.router.roles import ROLE_MAX_STEPS, role_instructions
 from fugu_cli.session import Session, SessionConfig, SessionDeps, UltraMode
 from fugu_cli.store import SessionRow, Store, new_session_id
+from fugu_cli.subagents import SubagentLimits
 from fugu_cli.tools import Approver, PermissionPolicy, configure_tools
+from fugu_cli.tools.background import BackgroundShells
 from fugu_cli.turn_settings import Check, TurnSettings
 from fugu_cli.types import FallBack, Message, PermissionMode, TurnResult, Worker
 
@@ -306,7 +309,9 @@ def assemble(
     row = _resumed_row(store, opts) if opts.resuming else None
     messages = store.transcript(row.id) if row else []
     router = resolved.routers.make()
-    sid = row.id if row else new_session_id()
+    sid = row.id if row and not opts.fork_session else new_session_id()
+    if row is not None and opts.fork_session:
+        row = _forked(store, row, sid, messages)
     if row is None:
         pool_json = json.dumps([asdict(w) for w in resolved.pool])
         store.create_session(sid, str(root), "ultra" if config.ultra else "fugu", pool_json, router.name)
@@ -364,11 +369,13 @@ def assemble(
         ),
         router_name=router.name,
         stream=opts.stream,
-        notices=(*_notices(config), *extensions.notices),
+        notices=(*_notices(config), *extensions.notices, *_agent_notices(config, root)),
         hints=_hints(config, resolved),
         keep_checkpoint_sessions=config.tools.keep_checkpoint_sessions,
         trusted=config.project_trusted,
         slash_commands=_custom_command_names(root),
+        agents=custom_agents.load(root, config.project_trusted),
+        subagents=SubagentLimits(**config.subagents.model_dump()),
     )
     ultra = build_conductor(config, opts, agent, store, resolved.pool, root, instructions.prompt_text())
     deps = SessionDeps(
@@ -383,8 +390,33 @@ def assemble(
         mcp=mcp,
         instructions=instructions,
         observers=_observers(config, resolved.pool),
+        background=BackgroundShells(),
     )
     return Session(deps, session_config, messages)
+
+
+def _forked(store: Store, row: SessionRow, sid: str, messages: Sequence[Message]) -> SessionRow:
+    """`--fork-session`: a new session `sid` holding `row`'s transcript as it stands (the original goes on
+    unchanged); its checkpoints start afresh."""
+    store.create_session(sid, row.cwd, row.mode, row.pool_json, row.router)
+    ledger = Ledger(store, sid)
+    for message in messages:
+        ledger.turn(0).message(message)
+    store.touch_session(sid, title=f"fork of {row.id[:8]}: {row.title}"[:80])
+    forked = store.get_session(sid)
+    assert forked is not None
+    return forked
+
+
+def _agent_notices(config: Config, root: Path) -> tuple[str, ...]:
+    """What the repository's own agents would add once its folder is trusted."""
+    names = [] if config.project_trusted else custom_agents.untrusted(root)
+    if not names:
+        return ()
+    return (
+        f"this folder is not trusted, so its agents ({', '.join(names)}) are not offered; "
+        "`fugu trust` (or --trust-project) offers them",
+    )
 
 
 def _observers(config: Config, pool: Sequence[Worker]) -> tuple[Emit, ...]:

@@ -175,6 +175,10 @@ def run(
     resume: Annotated[
         str | None, typer.Option("--resume", "-r", help="Resume the session with this id.")
     ] = None,
+    fork_session: Annotated[
+        bool,
+        typer.Option("--fork-session", help="With --resume/--continue: a new session from that one's point."),
+    ] = False,
     router: Annotated[
         str | None, typer.Option("--router", help="A router checkpoint directory, 'default' or 'prior'.")
     ] = None,
@@ -236,6 +240,7 @@ def run(
         max_budget_usd=max_budget_usd,
         resume=resume,
         continue_last=continue_last,
+        fork_session=fork_session,
         stream=output_format is OutputFormat.text and sys.stdout.isatty(),
         ultra=True if ultra or plan is not None else None,
         plan=plan,

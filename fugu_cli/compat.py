@@ -252,7 +252,6 @@ REFUSED: dict[str, str] = {
     "--plugin-dir": "fugu has no plugins",
     "--json-schema": "fugu cannot force a structured answer (--json-schema)",
     "--session-id": "fugu chooses its own session ids; continue one with --resume ID",
-    "--fork-session": "fugu cannot fork a session; --resume ID continues it",
     "--resume-session-at": "fugu resumes whole sessions only",
     "--resume-drops-turn": "fugu resumes whole sessions only",
     "--session-mirror": "fugu keeps its sessions in its own store (FUGU_HOME), not in a SessionStore",

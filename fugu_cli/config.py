@@ -114,6 +114,17 @@ class UltraSettings(BaseModel):
     step_max_budget_usd: float | None = Field(default=None, gt=0)
 
 
+class SubagentSettings(BaseModel):
+    """`[subagents]`: the `task` tool's subagents (0 for max_depth: no `task` tool)."""
+
+    model_config = _STRICT
+
+    max_depth: int = Field(default=1, ge=0)  # 1: the turn's agent may hand off, its subagents may not
+    max_per_turn: int = Field(default=8, ge=1)
+    max_turns: int = Field(default=20, ge=1)  # steps of one subagent
+    max_budget_usd: float | None = Field(default=None, gt=0)  # one subagent's (never above the turn's left)
+
+
 class ContextSettings(BaseModel):
     """`[context]`: how fugu keeps every request inside its worker's window."""
 
@@ -239,6 +250,7 @@ class Config(BaseModel):
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     tools: ToolSettings = Field(default_factory=ToolSettings)
     context: ContextSettings = Field(default_factory=ContextSettings)
+    subagents: SubagentSettings = Field(default_factory=SubagentSettings)
     mcp_servers: dict[str, McpServerSettings] = Field(default_factory=dict)
     hooks: dict[HookEventName, list[HookSettings]] = Field(default_factory=dict)
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)

@@ -96,7 +96,7 @@ def _parse(name: str, path: Path, scope: str) -> CustomCommand | None:
         text = path.read_text(encoding="utf-8-sig", errors="replace")
     except OSError:
         return None
-    meta, body = _front_matter(text)
+    meta, body = front_matter(text)
     tools = meta.get("allowed-tools", "")
     return CustomCommand(
         name=name,
@@ -105,12 +105,12 @@ def _parse(name: str, path: Path, scope: str) -> CustomCommand | None:
         body=body,
         description=meta.get("description", ""),
         argument_hint=meta.get("argument-hint", ""),
-        allowed_tools=tuple(t for t in _split_tools(tools) if t),
+        allowed_tools=tuple(t for t in split_tools(tools) if t),
         worker=meta.get("worker") or meta.get("model") or None,
     )
 
 
-def _front_matter(text: str) -> tuple[dict[str, str], str]:
+def front_matter(text: str) -> tuple[dict[str, str], str]:
     """`---` key: value lines `---` at the top (a YAML subset: scalars and [lists]), and the rest."""
     lines = text.splitlines()
     if not lines or lines[0].strip() != "---":
@@ -120,17 +120,23 @@ def _front_matter(text: str) -> tuple[dict[str, str], str]:
     except StopIteration:
         return {}, text
     meta: dict[str, str] = {}
+    last = None
     for line in lines[1:end]:
         key, sep, value = line.partition(":")
-        if sep and key.strip() and not key.startswith((" ", "#")):
+        if line.startswith((" ", "\t")) and last is not None and line.strip():  # a folded value goes on
+            meta[last] = f"{meta[last]} {line.strip()}".strip()
+        elif sep and key.strip() and not key.startswith("#"):
             value = value.strip()
             if value.startswith("[") and value.endswith("]"):
                 value = value[1:-1]
-            meta[key.strip().lower()] = value.strip().strip("\"'")
+            elif value in (">", "|", ">-", "|-"):  # a block scalar: its lines follow
+                value = ""
+            last = key.strip().lower()
+            meta[last] = value.strip().strip("\"'")
     return meta, "\n".join(lines[end + 1 :])
 
 
-def _split_tools(value: str) -> list[str]:
+def split_tools(value: str) -> list[str]:
     """`Bash(git add:*), Bash(git status:*), Edit` → each rule (commas inside parentheses kept)."""
     out, depth, current = [], 0, ""
     for ch in value:

@@ -332,6 +332,81 @@ class WorkflowAgentEvent(Event):
         return None if data is None else {**data, "workflow_step": self.step}
 
 
+@dataclass(frozen=True, kw_only=True)
+class SubagentStarted(Event):
+    """A `task` call handed its subtask to a subagent (`parent_tool_use_id` is the call's id)."""
+
+    parent_tool_use_id: str
+    agent: str  # general-purpose, or a custom agent's name
+    description: str
+    depth: int = 1
+
+    def to_stream_json(self) -> dict[str, Any]:
+        return _system(
+            self,
+            "subagent_start",
+            parent_tool_use_id=self.parent_tool_use_id,
+            agent=self.agent,
+            description=self.description,
+            depth=self.depth,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubagentFinished(Event):
+    parent_tool_use_id: str
+    agent: str
+    status: str
+    steps: int
+    cost_usd: float
+    workers: tuple[str, ...] = ()  # who took its steps, in order of first step
+
+    def to_stream_json(self) -> dict[str, Any]:
+        return _system(
+            self,
+            "subagent_finish",
+            parent_tool_use_id=self.parent_tool_use_id,
+            agent=self.agent,
+            status=self.status,
+            num_turns=self.steps,
+            cost_usd=round(self.cost_usd, 8),
+            workers=list(self.workers),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubagentEvent(Event):
+    """An event of a subagent's own agent, tagged with the `task` call that started it.
+
+    Its stream-json is the inner event's with `parent_tool_use_id` set to that call, as Claude Code marks
+    a subagent's messages (a nested subagent's events carry their own, innermost call)."""
+
+    parent_tool_use_id: str
+    inner: Event
+
+    def to_stream_json(self) -> dict[str, Any] | None:
+        data = self.inner.to_stream_json()
+        if data is None or isinstance(self.inner, SubagentEvent):
+            return data
+        return {**data, "parent_tool_use_id": self.parent_tool_use_id}
+
+
+def unwrap(event: Event) -> Event:
+    """The event inside any tags (an ultra step's, a subagent's)."""
+    while isinstance(event, WorkflowAgentEvent | SubagentEvent):
+        event = event.inner
+    return event
+
+
+def nesting(event: Event) -> int:
+    """How many subagents deep `event` comes from (0: the turn's own agent)."""
+    depth = 0
+    while isinstance(event, WorkflowAgentEvent | SubagentEvent):
+        depth += isinstance(event, SubagentEvent)
+        event = event.inner
+    return depth
+
+
 def result_json(r: TurnResult) -> dict[str, Any]:
     """Claude Code's `result` message for a turn, plus fugu's per-worker breakdown (`workers`) and its own
     word for how the turn ended (`fugu_status`: an interrupt is `interrupted`, not an execution error)."""

@@ -58,6 +58,7 @@ class RunOptions:
     max_budget_usd: float | None = None
     resume: str | None = None
     continue_last: bool = False
+    fork_session: bool = False  # resume into a new session (a copy of the transcript), the old one untouched
     stream: bool = False  # show the worker's text as it arrives (a terminal in text mode)
     ultra: bool | None = None
     plan: Path | None = None  # --plan FILE: the workflow ultra mode runs instead of asking the conductor

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -22,7 +22,8 @@ from fugu_cli.checkpoints import Checkpoints
 from fugu_cli.context.budget import usage_lines
 from fugu_cli.context.guard import ContextGuard
 from fugu_cli.context.instructions import InstructionFile, Instructions
-from fugu_cli.errors import UsageError
+from fugu_cli.custom_agents import GENERAL, AgentSpec
+from fugu_cli.errors import ToolArgumentError, UsageError
 from fugu_cli.events import (
     Compacted,
     Emit,
@@ -36,7 +37,8 @@ from fugu_cli.hooks import Hooks, Site
 from fugu_cli.ledger import Ledger
 from fugu_cli.llm.tokens import Window
 from fugu_cli.router import Router
-from fugu_cli.store import SessionRow, Store
+from fugu_cli.store import CompactionRecord, EditCheckpointRow, SessionRow, Store
+from fugu_cli.subagents import Delegation, Staff, SubagentLimits, offer
 from fugu_cli.turn_hooks import Refused, TurnClock, TurnHooks, refusal
 from fugu_cli.turn_settings import Check, Overrides, SettingsBox, TurnSettings
 from fugu_cli.types import (
@@ -51,9 +53,11 @@ from fugu_cli.types import (
 
 if TYPE_CHECKING:
     from fugu_cli.mcp import McpManager  # asyncio and the SDK's wrappers: only a session with servers
+    from fugu_cli.tools.background import BackgroundShells, ShellInfo
 
 log = logging.getLogger("fugu")
 ULTRA_UNCHECKED = "the check judges fugu-mode turns only: this ultra-mode turn is not checked"
+_TURN_ONLY = ("task", "exit_plan_mode")  # a fugu-mode turn's own agent's: ultra mode's steps never get them
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,8 @@ class SessionConfig:
     keep_checkpoint_sessions: int = 20  # /undo checkpoint refs of older sessions are pruned
     trusted: bool = False  # the repository's folder is trusted (its commands' allowed-tools count)
     slash_commands: tuple[str, ...] = ()  # the custom commands found at start (for system/init)
+    agents: Mapping[str, AgentSpec] = field(default_factory=lambda: {GENERAL.name: GENERAL})  # for `task`
+    subagents: SubagentLimits = field(default_factory=SubagentLimits)
 
 
 class UltraMode(Protocol):
@@ -101,6 +107,7 @@ class SessionDeps:
     mcp: McpManager | None = None  # the session's MCP servers, stopped by `close`
     instructions: Instructions | None = None  # the AGENTS.md / CLAUDE.md files loaded (for /memory)
     observers: tuple[Emit, ...] = ()  # see every event of every turn too (telemetry export)
+    background: BackgroundShells | None = None  # the session's background commands, killed by `close`
 
 
 class Session:
@@ -146,6 +153,10 @@ class Session:
     def set_permission_mode(self, mode: PermissionMode) -> None:
         """Change what tools may do from the next turn on."""
         self._settings.set_mode(mode)
+
+    def set_planning(self, on: bool) -> None:
+        """Plan mode from the next turn (`/plan`): read-only until the user approves the workers' plan."""
+        self._settings.set_planning(on)
 
     def set_worker(self, name: str | None) -> None:
         """Force a worker for the following turns (None: back to the router)."""
@@ -272,17 +283,26 @@ class Session:
         self._append(Message(role="user", content=prompt))
         checkpoint = self.checkpoints.before_edit(turn, emit)
         tool_ctx = dataclasses.replace(
-            self.deps.agent.tool_ctx, before_edit=checkpoint, policy=settings.permission, grant=self.grant
+            self.deps.agent.tool_ctx,
+            before_edit=checkpoint,
+            after_edit=self.checkpoints.after_edit(turn, emit),
+            policy=settings.policy,
+            grant=self.grant,
+            background=self.deps.background,
+            leave_plan=self._plan_approved if settings.planning else None,
         )
-        deps = dataclasses.replace(self.deps.agent, tool_ctx=tool_ctx)
+        tools = self.deps.agent.tools
+        if self.deps.background is None:
+            tools = tools.filtered(lambda n: n not in ("shell_output", "shell_kill"))
+        deps = dataclasses.replace(self.deps.agent, tool_ctx=tool_ctx, tools=tools)
         on_stop = self._hooks.on_stop(lambda: site, settings.mode, emit)
 
         def fugu_turn() -> TurnResult:
             if settings.check is not None:
                 return self._attempts(deps, turn, settings, io, on_stop)
             pick = self._picker(emit, settings.worker)
-            brief = self.repo_map_text()
-            result = Agent(deps).run(
+            brief = "\n\n".join(t for t in (self._plan_note(settings), self.repo_map_text()) if t)
+            result = Agent(self._staffed(deps, turn, io, settings.planning)).run(
                 self.messages, turn, pick, settings.limits, io, brief=brief, on_stop=on_stop
             )
             return self._with_test_evidence(result, turn, emit)
@@ -291,8 +311,9 @@ class Session:
             return fugu_turn()
         if settings.check is not None:
             emit(Notice(session_id=self.id, level="warning", text=ULTRA_UNCHECKED))
+        steps = dataclasses.replace(deps, tools=deps.tools.filtered(lambda n: n not in _TURN_ONLY))
         outcome = self.deps.ultra.run_turn(
-            prompt, turn, io, agent=deps, before_apply=checkpoint, record=self._append
+            prompt, turn, io, agent=steps, before_apply=checkpoint, record=self._append
         )
         if isinstance(outcome, FallBack):
             emit(Notice(session_id=self.id, level="warning", text=outcome.reason))
@@ -314,9 +335,9 @@ class Session:
         def attempt(decision: RouteDecision, number: int, limits: Limits) -> TurnResult:
             known = evidence(run.records, budget)
             pick = attempt_picker(self._picker(io.emit, None), decision, number, known)
-            brief = self.repo_map_text()
+            brief = "\n\n".join(t for t in (self._plan_note(settings), self.repo_map_text()) if t)
             before = sum(r.num_turns for r in run.results)
-            return Agent(deps).run(
+            return Agent(self._staffed(deps, turn, io, settings.planning)).run(
                 self.messages, turn, pick, limits, io, brief=brief, on_stop=on_stop, steps_before=before
             )
 
@@ -357,6 +378,49 @@ class Session:
         emit(AttemptChecked(session_id=self.id, attempt=1, record=record))
         return dataclasses.replace(result, attempts=(record,))
 
+    def _plan_note(self, settings: TurnSettings) -> str:
+        from fugu_cli import prompts
+
+        return prompts.load("plan_mode") if settings.planning else ""
+
+    def _plan_approved(self, mode: PermissionMode) -> None:
+        """The user approved the plan: the turn goes on in `mode`, and so do the following turns."""
+        self._settings.set_mode(mode, planning=False)
+
+    def _staffed(self, deps: AgentDeps, turn: int, io: TurnIO, planning: bool) -> AgentDeps:
+        """The turn's agent with its `task` tool: subagents the router staffs (the user's forced worker is
+        the turn's own; a custom agent may name its worker), offered by name and description. Without
+        subagents (`[subagents] max_depth = 0`, or `--tools` left `task` out) the tool is not offered."""
+        limits, agents = self.config.subagents, self.config.agents
+        if not planning:
+            deps = dataclasses.replace(deps, tools=deps.tools.filtered(lambda n: n != "exit_plan_mode"))
+        if limits.max_depth < 1 or "task" not in deps.tools.names():
+            return dataclasses.replace(deps, tools=deps.tools.filtered(lambda n: n != "task"))
+        deps = dataclasses.replace(deps, tools=offer(deps.tools, agents))
+        pick = self._picker(io.emit, None)
+        staff = Staff(deps, pick, agents, limits, io, self.config.system_prompt, turn)
+        tool_ctx = dataclasses.replace(deps.tool_ctx, delegate=Delegation(staff, io.emit))
+        return dataclasses.replace(deps, tool_ctx=tool_ctx)
+
+    def todo_arguments(self) -> str | None:
+        """The arguments of the last todo list the workers wrote in this session (None: none yet); the
+        ledger keeps it, so it survives `--continue`."""
+        done = [c for c in self.ledger.tool_calls() if c.tool == "todo_write" and not c.is_error]
+        return done[-1].arguments if done else None
+
+    def background_shells(self) -> list[ShellInfo]:
+        """The session's background commands, running or done (`/ps`)."""
+        return self.deps.background.list() if self.deps.background is not None else []
+
+    def stop_shell(self, shell_id: str) -> ShellInfo:
+        """Stop a background command (`/stop ID`)."""
+        if self.deps.background is None:
+            raise UsageError("this session runs no background commands")
+        try:
+            return self.deps.background.kill(shell_id)
+        except ToolArgumentError as e:
+            raise UsageError(str(e)) from None
+
     def _tell(self, emit: Emit) -> None:
         """Say the session's notices and hints once (at its first turn), and what its MCP servers report."""
         if not self._told:
@@ -375,7 +439,10 @@ class Session:
                 emit(Notice(session_id=self.id, level="warning", text=notice))
 
     def close(self) -> None:
-        """End the session's processes: its MCP servers stop. The session's record stays in the store."""
+        """End the session's processes: its background commands are killed, its MCP servers stop. The
+        session's record stays in the store."""
+        if self.deps.background is not None:
+            self.deps.background.close()
         if self.deps.mcp is not None:
             self.deps.mcp.close()
 
@@ -386,7 +453,9 @@ class Session:
             session_id=self.id,
             cwd=str(self.config.root),
             workers=tuple(self.workers),
-            tools=tuple(self.deps.agent.tools.names()),
+            tools=tuple(
+                n for n in self.deps.agent.tools.names() if n != "exit_plan_mode" or settings.planning
+            ),
             permission_mode=settings.mode,
             router=self.config.router_name,
             model=forced.model if forced else "auto",
@@ -508,6 +577,27 @@ class Session:
     def _last_turn(self) -> int:
         """The last turn stored (a compacted transcript no longer holds every turn's message)."""
         return max(self.deps.store.last_turn(self.id), sum(1 for m in self.messages if m.role == "user"))
+
+    def rewind_points(self) -> list[EditCheckpointRow]:
+        """The states `/rewind` can go back to, oldest first: before each turn's first change, and after
+        every call that may have changed the tree."""
+        return self.checkpoints.points()
+
+    def rewind(self, seq: int, code: bool = True, conversation: bool = False) -> list[str]:
+        """Go back to checkpoint `seq`: the tree exactly as it was (untracked files included), and/or the
+        conversation as the workers saw it then (kept as a compaction, so `--continue` resumes from there).
+        Returns the paths restored."""
+        with self._lock, self.deps.store.session_lock(self.id):
+            self._catch_up()
+            point = self.checkpoints.point(seq)
+            restored = self.checkpoints.restore(point) if code else []
+            if conversation:
+                messages = self.checkpoints.conversation_at(point)
+                record = CompactionRecord(tuple(messages), 0, 0, 0, "rewind", "")
+                self.ledger.turn(self.turn).compacted(record)
+                self.messages = messages
+                self._seen = self.ledger.message_count()
+            return restored
 
     def undo(self) -> list[str]:
         """Restore the tree to its state before the last turn that changed it. Returns the restored paths."""

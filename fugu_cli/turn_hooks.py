@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from fugu_cli.events import AssistantMessage, Emit, Event, Notice, ProviderFailed, WorkflowAgentEvent
+from fugu_cli.events import AssistantMessage, Emit, Event, Notice, ProviderFailed, unwrap
 from fugu_cli.hooks import Hooks, HookStop, Site
 from fugu_cli.types import Message, TurnResult, Usage
 
@@ -106,9 +106,7 @@ class TurnClock:
         self.api_ms = 0.0
 
     def emit(self, event: Event) -> None:
-        inner = event
-        while isinstance(inner, WorkflowAgentEvent):
-            inner = inner.inner
+        inner = unwrap(event)  # ultra steps' and subagents' calls count too
         if isinstance(inner, AssistantMessage | ProviderFailed):
             with self._lock:  # ultra mode's steps run in threads
                 self.api_ms += inner.api_ms

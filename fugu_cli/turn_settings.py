@@ -1,5 +1,6 @@
 """What a turn runs under: `TurnSettings`, a value the session snapshots when a turn starts (permission mode,
-allow and deny rules with the user's "always" grants, the forced worker, ultra mode, limits, the check), and
+allow and deny rules with the user's "always" grants, plan mode, the forced worker, ultra mode, limits, the
+check), and
 `SettingsBox`, the one place that changes them, behind a lock, for whoever calls from another thread (the
 REPL, stream-json control requests, serve) while a turn runs.
 
@@ -33,10 +34,19 @@ class TurnSettings:
     ultra: bool = False  # the turn goes to the conductor
     limits: Limits = field(default_factory=Limits)
     check: Check | None = None  # judges each attempt; a failed one is set aside and the next worker tries
+    planning: bool = False  # plan mode: read-only until the user approves a plan (`exit_plan_mode`)
 
     @property
     def mode(self) -> PermissionMode:
-        return self.permission.mode
+        """The mode tools run under: read-only while planning."""
+        return "read-only" if self.planning else self.permission.mode
+
+    @property
+    def policy(self) -> PermissionPolicy:
+        """The permission policy tools run under (read-only while planning)."""
+        if not self.planning:
+            return self.permission
+        return dataclasses.replace(self.permission, mode="read-only")
 
 
 @dataclass(frozen=True)
@@ -68,11 +78,18 @@ class SettingsBox:
         with self._lock:
             return self._value
 
-    def set_mode(self, mode: PermissionMode) -> None:
+    def set_mode(self, mode: PermissionMode, planning: bool = False) -> None:
+        """Tools run in `mode` from the next turn (after plan mode, when `planning` is off)."""
         with self._lock:
             self._value = dataclasses.replace(
-                self._value, permission=dataclasses.replace(self._value.permission, mode=mode)
+                self._value,
+                permission=dataclasses.replace(self._value.permission, mode=mode),
+                planning=planning,
             )
+
+    def set_planning(self, on: bool) -> None:
+        with self._lock:
+            self._value = dataclasses.replace(self._value, planning=on)
 
     def set_worker(self, worker: str | None) -> None:
         with self._lock:

@@ -129,6 +129,7 @@ class ToolResult:
     duration_ms: float = 0.0
     files_touched: tuple[str, ...] = ()
     denied: bool = False
+    spent: tuple[tuple[str, WorkerUsage], ...] = ()  # what the call's subagent spent, by worker (`task`)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ def fill(store: Store, sid: str, text: str) -> None:
     turn.tool_call(1, "alpha", call, ToolResult("c1", "shell", f"out {text}"))
     store.finish_turn(sid, 1, "success", f"done {text}", 0.5)
     store.set_checkpoint(sid, 1, "abc123")
+    store.add_edit_checkpoint(sid, 1, "edit", "def456", "c1", "shell")
     store.add_facts(sid, 1, [FactRow(1, "command", f"key {text}", f"value {text}", "alpha")])
     head = (Message("user", f"summary {text}"),)
     store.add_compaction(sid, "main", 1, CompactionRecord(head, 1, 100, 10, "user", "alpha", "alpha", text))

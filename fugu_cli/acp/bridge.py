@@ -18,7 +18,7 @@ from acp import update_tool_call
 from acp.schema import AllowedOutcome, PermissionOption, ToolCallUpdate
 
 from fugu_cli.acp.updates import OPTIONS, Translator, Update, permission_options
-from fugu_cli.events import Event, ToolStarted, WorkflowAgentEvent
+from fugu_cli.events import Event, ToolStarted, unwrap
 from fugu_cli.tools import Answer, ApprovalRequest
 
 log = logging.getLogger("fugu")
@@ -121,8 +121,7 @@ class Asker:
         self._here = threading.local()  # the call a turn thread is running (ToolStarted comes just before)
 
     def see(self, event: Event) -> None:
-        while isinstance(event, WorkflowAgentEvent):
-            event = event.inner
+        event = unwrap(event)
         if isinstance(event, ToolStarted):
             self._here.call = event.call
 

@@ -7,7 +7,7 @@ Never raises for a bad plan: the outcome carries the validation error instead.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -15,10 +15,9 @@ from fugu_cli import prompts
 from fugu_cli.agent import Agent, AgentDeps, Limits, TurnIO
 from fugu_cli.conductor.workflow import CONDUCTOR, MAX_STEPS, PlanError, Workflow, parse
 from fugu_cli.ledger import Ledger
+from fugu_cli.subagents.isolation import fixed_picker
 from fugu_cli.types import (
     Message,
-    RouteDecision,
-    RouteState,
     TurnResult,
     Usage,
     Worker,
@@ -51,20 +50,6 @@ class Plans(Protocol):
     """Writes workflows: the prompted conductor (`Planner`) or a trained one (`conductor/local.py`)."""
 
     def plan(self, req: PlanRequest, ledger: Ledger, turn: int, io: TurnIO) -> PlanOutcome: ...
-
-
-def fixed_picker(worker: str, pool: Sequence[Worker], reason: str) -> Callable[[RouteState], RouteDecision]:
-    """Always `worker`; after a provider failure the highest-priority worker that has not failed."""
-
-    def pick(state: RouteState) -> RouteDecision:
-        if worker not in state.excluded:
-            return RouteDecision(worker, {worker: 1.0}, "override", 0.0, reason=reason)
-        spare = sorted((w for w in pool if w.name not in state.excluded), key=lambda w: -w.priority)
-        if not spare:
-            raise LookupError("no worker left")
-        return RouteDecision(spare[0].name, {spare[0].name: 1.0}, "fallback", 0.0, reason=f"{worker} failed")
-
-    return pick
 
 
 class Planner:

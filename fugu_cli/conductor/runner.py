@@ -17,8 +17,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fugu_cli.agent import Agent, AgentDeps, Limits, TurnIO
-from fugu_cli.conductor.planner import PlanRequest, Plans, fixed_picker, total_usage
+from fugu_cli.agent import AgentDeps, Limits, TurnIO
+from fugu_cli.conductor.planner import PlanRequest, Plans, total_usage
 from fugu_cli.conductor.workflow import CONDUCTOR, Step, Workflow
 from fugu_cli.events import (
     Emit,
@@ -30,6 +30,7 @@ from fugu_cli.events import (
 )
 from fugu_cli.ledger import Ledger
 from fugu_cli.store import Store
+from fugu_cli.subagents.isolation import fixed_picker, run_isolated
 from fugu_cli.tools import Answer, ApprovalRequest, ToolContext
 from fugu_cli.types import Message, TurnStatus, Usage, Worker, WorkerUsage
 
@@ -181,17 +182,14 @@ class Runner:
         frame, step = job.frame, job.step
         dest = self.config.worktrees.joinpath(*job.scope.split("."))
         with self._worktree(dest, frame.base, job.patches) as (root, start, notes):
-            ledger = Ledger(self.deps.store, self.sid, job.scope)
-            messages = [
+            seed = [
                 Message(role="system", content=self.config.system_prompt),
                 Message(role="user", content=step_prompt(frame, job.index, step, job.inputs, notes)),
             ]
-            for m in messages:
-                ledger.turn(frame.turn).message(m)
-            deps = dataclasses.replace(self.deps.agent, tool_ctx=self._tool_ctx(root), ledger=ledger)
+            deps = dataclasses.replace(self.deps.agent, tool_ctx=self._tool_ctx(root))
             io = TurnIO(emit=self._tagged(job.index), cancel=self.deps.io.cancel, stream=False)
             pick = fixed_picker(step.worker, self.deps.pool, f"workflow step {job.index}")
-            result = Agent(deps).run(messages, frame.turn, pick, self.config.limits, io)
+            result = run_isolated(deps, job.scope, frame.turn, seed, pick, self.config.limits, io)
             patch, cumulative = self._diffs(root, start, frame.base)
         return StepOutcome(
             index=job.index,

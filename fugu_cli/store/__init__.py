@@ -19,6 +19,7 @@ from fugu_cli.store.responses import NoteRow, ResponseTables, StoredResponse
 from fugu_cli.store.rows import (
     CompactionRecord,
     CompactionRow,
+    EditCheckpointRow,
     FactRow,
     HookRunRecord,
     OutcomeRow,
@@ -38,6 +39,7 @@ __all__ = [
     "SESSION_TABLES",
     "CompactionRecord",
     "CompactionRow",
+    "EditCheckpointRow",
     "FactRow",
     "HookRunRecord",
     "NoteRow",

@@ -35,6 +35,22 @@ class TurnRow:
 
 
 @dataclass(frozen=True)
+class EditCheckpointRow:
+    """A state of the tree a session can go back to (`/rewind`): before turn `turn` first changed it
+    (`kind` "turn"), or right after the call `call_id` may have changed it ("edit"). `messages`: how many
+    messages the main transcript had stored then."""
+
+    seq: int
+    turn: int
+    kind: str
+    sha: str
+    call_id: str
+    tool: str
+    messages: int
+    created_at: float
+
+
+@dataclass(frozen=True)
 class ToolCallRow:
     turn: int
     step: int

@@ -96,6 +96,16 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX attempts_session ON attempts (session_id, turn);
     """,
+    # rewind (issue 27): the tree before each turn's first change and after every call that may have
+    # changed it, with how many messages the main transcript held then
+    """
+    CREATE TABLE edit_checkpoints (
+        session_id TEXT NOT NULL, seq INTEGER NOT NULL, turn INTEGER NOT NULL, kind TEXT NOT NULL,
+        sha TEXT NOT NULL, call_id TEXT NOT NULL DEFAULT '', tool TEXT NOT NULL DEFAULT '',
+        messages INTEGER NOT NULL, created_at REAL NOT NULL
+    );
+    CREATE INDEX edit_checkpoints_session ON edit_checkpoints (session_id, seq);
+    """,
 )
 
 
@@ -116,4 +126,5 @@ SESSION_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "outcomes": ("session_id", ("task",)),
     "responses": ("session_id", ("input_json", "output_json", "response_json")),
     "notes": ("session_id", ("text",)),
+    "edit_checkpoints": ("session_id", ()),
 }

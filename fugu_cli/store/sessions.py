@@ -3,6 +3,7 @@ that lets one run at a time write a session. Never prints."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -14,6 +15,7 @@ from fugu_cli.store.connection import Connection, file_lock, redact_opt
 from fugu_cli.store.rows import (
     CompactionRecord,
     CompactionRow,
+    EditCheckpointRow,
     SessionRow,
     TurnRow,
 )
@@ -200,3 +202,36 @@ class SessionTables(Connection):
             "SELECT turn, checkpoint FROM turns WHERE session_id=? AND checkpoint != ''", (sid,)
         )
         return {int(r["turn"]): str(r["checkpoint"]) for r in rows}
+
+    # per-edit checkpoints (/rewind)
+
+    def add_edit_checkpoint(
+        self, sid: str, turn: int, kind: str, sha: str, call_id: str = "", tool: str = ""
+    ) -> EditCheckpointRow:
+        """Record a checkpoint, with the main transcript's stored message count as it is now."""
+        with self._transaction() as db:
+            seq = int(
+                db.execute(
+                    "SELECT COALESCE(MAX(seq) + 1, 1) FROM edit_checkpoints WHERE session_id=?", (sid,)
+                ).fetchone()[0]
+            )
+            count = int(
+                db.execute(
+                    "SELECT COUNT(*) FROM messages WHERE session_id=? AND scope='main'", (sid,)
+                ).fetchone()[0]
+            )
+            row = EditCheckpointRow(seq, turn, kind, sha, call_id, tool, count, time.time())
+            db.execute(
+                "INSERT INTO edit_checkpoints (session_id, seq, turn, kind, sha, call_id, tool, messages,"
+                " created_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                (sid, *dataclasses.astuple(row)),
+            )
+        return row
+
+    def edit_checkpoints(self, sid: str) -> list[EditCheckpointRow]:
+        rows = self.query(
+            "SELECT seq, turn, kind, sha, call_id, tool, messages, created_at FROM edit_checkpoints"
+            " WHERE session_id=? ORDER BY seq",
+            (sid,),
+        )
+        return [EditCheckpointRow(**dict(r)) for r in rows]

@@ -13,6 +13,8 @@ from fugu_cli.tools.sandbox import SandboxPolicy
 
 if TYPE_CHECKING:
     from fugu_cli.config import Config
+    from fugu_cli.tools.background import BackgroundShells
+    from fugu_cli.tools.task import Delegate
 
 from fugu_cli.types import PermissionMode
 
@@ -145,6 +147,12 @@ class ToolContext:
     output_dir: Path | None = None  # full outputs of cut results; default FUGU_HOME/tool-output
     notify: Callable[[str], None] | None = None  # tell the user something now (the agent emits a Notice)
     grant: Callable[[str], None] | None = None  # the user answered "always" for this prefix: keep allowing it
+    call_id: str = ""  # the call being run (the agent sets it for each call)
+    budget_left: float | None = None  # USD the run may still spend (None: no budget)
+    delegate: Delegate | None = None  # runs a `task` call as a subagent (None: no subagents here)
+    leave_plan: Callable[[PermissionMode], None] | None = None  # the plan was approved: go on in this mode
+    after_edit: Callable[[str, str], None] | None = None  # (call id, tool) once a call changed the tree
+    background: BackgroundShells | None = None  # the session's background commands (None: none allowed)
 
 
 def configure_tools(

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from fugu_cli.errors import PathOutsideRepoError, ToolArgumentError
 from fugu_cli.tools import ApprovalRequest, Part, ToolContext, ToolKind
+from fugu_cli.types import WorkerUsage
 
 
 class ToolFailed(ToolArgumentError):
@@ -41,6 +42,7 @@ class Invocation:
     kind: ToolKind
     files_touched: list[str] = field(default_factory=list)
     exit_code: int | None = None
+    spent: tuple[tuple[str, WorkerUsage], ...] = ()  # what a subagent cost (the task tool)
     _checkpointed: bool = False
 
     @property
@@ -53,6 +55,15 @@ class Invocation:
         prefixes = list(dict.fromkeys(p.prefix for p in checked))
         verdicts = {p.prefix: self.ctx.policy.check(self.kind, p.prefix, p.opaque) for p in checked}
         decisions = [verdicts[p] for p in prefixes]
+        if (
+            self.ctx.leave_plan is not None
+            and self.ctx.policy.mode == "read-only"
+            and "allow" not in decisions
+        ):
+            raise PermissionDenied(
+                f"Permission denied: {summary} (plan mode: change nothing until the user approves your plan; "
+                "call exit_plan_mode with it)"
+            )
         if "deny" in decisions or ("ask" in decisions and self.ctx.approve is None):
             refused = [p for p in checked if verdicts[p.prefix] != "allow"]
             raise PermissionDenied(
@@ -85,6 +96,11 @@ class Invocation:
         if not self._checkpointed and self.ctx.before_edit is not None:
             self._checkpointed = True
             self.ctx.before_edit()
+
+    def after_write(self) -> None:
+        """Once the call is over: if it may have changed the tree, let the session checkpoint the result."""
+        if self._checkpointed and self.ctx.after_edit is not None:
+            self.ctx.after_edit(self.ctx.call_id, self.tool)
 
     def touched(self, path: str) -> None:
         if path not in self.files_touched:

@@ -126,7 +126,7 @@ class ToolRegistry:
 
     @classmethod
     def default(cls) -> ToolRegistry:
-        from fugu_cli.tools import files, git, search, shell
+        from fugu_cli.tools import background, files, git, plan, search, shell, task, todo
 
         specs: list[tuple[ToolFunction, ToolKind]] = [
             (files.read_file, "read"),
@@ -135,12 +135,24 @@ class ToolRegistry:
             (files.edit_file, "edit"),
             (files.write_file, "edit"),
             (shell.shell, "exec"),
+            (background.shell_output, "read"),
+            (background.shell_kill, "read"),  # only commands this session's workers started
             (git.git_status, "read"),
             (git.git_diff, "read"),
             (git.git_log, "read"),
             (git.git_commit, "exec"),
+            (task.task, "read"),  # the subagent's own calls are what permissions judge
+            (plan.exit_plan_mode, "read"),
         ]
-        return cls(Tool.from_function(func, kind) for func, kind in specs)
+        todos = Tool(todo.NAME, "read", todo.todo_write, todo.DESCRIPTION, (), todo.SCHEMA)
+        return cls([*(Tool.from_function(func, kind) for func, kind in specs), todos])
+
+    def replacing(self, tool: Tool) -> ToolRegistry:
+        """This registry with `tool` in place of the one of the same name (e.g. `task` listing the agents)."""
+        if tool.name not in self._tools:
+            return self
+        tools = [tool if t.name == tool.name else t for t in self._tools.values()]
+        return ToolRegistry(tools, self._sources, self._keep)
 
     def subset(self, names: Sequence[str]) -> ToolRegistry:
         """A registry with only `names` (e.g. the read tools for a planning agent). A source's tool
@@ -189,6 +201,8 @@ class ToolRegistry:
             return _error(call, start, f"Error: {exc}", inv)
         except Exception as exc:
             return _error(call, start, f"Error: {call.name} failed: {type(exc).__name__}: {exc}", inv)
+        finally:
+            inv.after_write()
         return ToolResult(
             call_id=call.id,
             name=call.name,
@@ -196,6 +210,7 @@ class ToolRegistry:
             exit_code=inv.exit_code,
             duration_ms=elapsed_ms(start),
             files_touched=tuple(inv.files_touched),
+            spent=inv.spent,
         )
 
 
@@ -211,6 +226,7 @@ def _error(
         duration_ms=elapsed_ms(start),
         files_touched=tuple(inv.files_touched) if inv else (),
         denied=denied,
+        spent=inv.spent if inv else (),
     )
 
 

@@ -20,17 +20,21 @@ MAX_TIMEOUT_S = 600.0
 _TRAILER = 600  # room for the cut note and the exit line, so the registry never cuts a second time
 
 
-def shell(inv: Invocation, command: str, timeout_s: float | None = None) -> str:
+def shell(
+    inv: Invocation, command: str, timeout_s: float | None = None, background: bool | None = None
+) -> str:
     """Run a bash command in the repository root and return its combined stdout+stderr and exit code.
 
     The command cannot read input (stdin is empty), so pass flags like `-y` / `--yes` to tools that
     prompt. Long output is cut in the middle (the full output is kept in a file you can read_file).
-    Processes still running in the background when the command returns are stopped. Prefer
-    read_file/grep/glob for reading and searching files.
+    Processes still running in the background when the command returns are stopped: to keep a server
+    or a watcher running, pass background: true, which returns a handle at once (read its output with
+    shell_output, stop it with shell_kill). Prefer read_file/grep/glob for reading and searching files.
 
     Args:
         command: The bash command line, e.g. "pytest -q tests/test_cli.py" or "ls -la src".
         timeout_s: Seconds before the command (and everything it started) is killed. Default 120, max 600.
+        background: Run it in the background until stopped or the session ends (a dev server, a watcher).
     """
     if not command.strip():
         raise ToolFailed("command is empty.")
@@ -40,6 +44,10 @@ def shell(inv: Invocation, command: str, timeout_s: float | None = None) -> str:
     one_line = " ".join(command.split())
     inv.gate(analyze(command), f"shell: {one_line[:200]}", command)
     inv.before_write()
+    if background:
+        from fugu_cli.tools import background as bg
+
+        return bg.start(inv, command, effective_policy(inv.ctx))
     capture = Capture(inv.ctx.output_cap - _TRAILER, output_dir(inv.ctx))
     done = sb.run(
         ["bash", "-c", command],

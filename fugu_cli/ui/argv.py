@@ -18,6 +18,7 @@ RUN_FLAGS = frozenset(
         "-y",
         "--continue",
         "-c",
+        "--fork-session",
         "--ultra",
         "--verbose",
         "--trust-project",

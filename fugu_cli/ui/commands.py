@@ -430,6 +430,17 @@ def _mcp(ctx: Context, arg: str) -> None:
             _say(ctx, "    " + ", ".join(tools), "dim")
 
 
+def _moves(name: str) -> Handler:
+    """A command of ui/moves.py (imported when it runs)."""
+
+    def run(ctx: Context, arg: str) -> None:
+        from fugu_cli.ui import moves
+
+        getattr(moves, name)(ctx.console, ctx.session, arg)
+
+    return run
+
+
 def _exit(ctx: Context, arg: str) -> None:
     ctx.stop()
 
@@ -464,6 +475,22 @@ COMMANDS: dict[str, Command] = {
         ),
         Command("memory", "", "the instruction files loaded, and what ultra mode's agents learned", _memory),
         Command("mcp", "", "the MCP servers: status and tools", _mcp),
+        Command(
+            "plan",
+            "[on|off]",
+            "plan mode: explore read-only, then approve the plan to run it",
+            _moves("plan"),
+        ),
+        Command("todos", "", "the workers' todo list", _moves("todos")),
+        Command(
+            "rewind",
+            "[N [both|code|conversation]]",
+            "back to any edit: files, conversation",
+            _moves("rewind"),
+        ),
+        Command("agents", "", "the agents the workers may hand a subtask to (task)", _moves("agents")),
+        Command("ps", "", "background commands the workers started", _moves("ps")),
+        Command("stop", "ID", "stop a background command", _moves("stop")),
         Command("exit", "", "leave (Ctrl-D does too)", _exit),
     )
 }

@@ -32,7 +32,15 @@ def tool_summary(name: str, arguments: str, is_error: bool = False, exit_code: i
     if not isinstance(args, dict):
         args = {}
     if name == "shell":
-        text = f"$ {str(args.get('command', ''))[:60]}"
+        text = f"$ {str(args.get('command', ''))[:60]}" + (" &" if args.get("background") else "")
+    elif name == "task":
+        agent = args.get("subagent_type") or "general-purpose"
+        text = f"task → {agent}: {str(args.get('description', ''))[:50]}"
+    elif name == "todo_write":
+        todos = args.get("todos")
+        text = f"todo list ({len(todos) if isinstance(todos, list) else '?'} items)"
+    elif name in ("shell_output", "shell_kill"):
+        text = f"{name} {args.get('shell_id', '?')}"
     elif name in ("read_file", "write_file", "edit_file"):
         text = f"{name.split('_')[0]} {args.get('path', '?')}"
     elif name in ("glob", "grep"):

@@ -22,6 +22,9 @@ from fugu_cli.events import (
     SessionStarted,
     StepFinished,
     StepStarted,
+    SubagentEvent,
+    SubagentFinished,
+    SubagentStarted,
     ToolFinished,
     WorkflowAgentEvent,
 )
@@ -39,6 +42,18 @@ def compacted_line(e: Compacted) -> str:
     return f"⇲ compacted ({e.trigger}): {e.tokens_before:,} → {e.tokens_after:,} tokens for {e.worker}{by}"
 
 
+def subagent_line(event: Event) -> str:
+    """`⤷ subagent finder: find add` as a `task` call starts one, `╰ finder: success, 2 steps, scout · $0.01`
+    as it ends."""
+    if isinstance(event, SubagentStarted):
+        return f"  ⤷ subagent {event.agent}: {event.description}"
+    if isinstance(event, SubagentFinished):
+        who = ", ".join(event.workers) or "no worker"
+        steps = f"{event.steps} step{'s' if event.steps != 1 else ''}"
+        return f"  ╰ {event.agent}: {event.status.replace('_', ' ')}, {steps}, {who} · ${event.cost_usd:.4f}"
+    return ""
+
+
 class ProgressLines:
     """Turns a session's events into progress lines (called from the turn's thread)."""
 
@@ -52,6 +67,7 @@ class ProgressLines:
         self._route: RouteDecision | None = None
         self._tools: list[str] = []
         self._steps: dict[int, ProgressLines] = {}
+        self._subagents: dict[str, ProgressLines] = {}  # by the `task` call that started each
         self._lock = threading.RLock()
 
     def on_event(self, event: Event) -> None:
@@ -65,7 +81,15 @@ class ProgressLines:
                 sub = self._steps[event.step] = ProgressLines(self.write, f"{self.prefix}  [{event.step}] ")
             sub.on_event(event.inner)
             return
-        line = workflow_line(event) or attempt_line(event)
+        if isinstance(event, SubagentEvent):
+            sub = self._subagents.get(event.parent_tool_use_id)
+            if sub is None:
+                sub = self._subagents[event.parent_tool_use_id] = ProgressLines(
+                    self.write, f"{self.prefix}  │ "
+                )
+            sub.on_event(event.inner)
+            return
+        line = workflow_line(event) or subagent_line(event) or attempt_line(event)
         if line:
             self._line(line)
         elif isinstance(event, SessionStarted) and self.waiting:

@@ -29,6 +29,9 @@ from fugu_cli.events import (
     SessionStarted,
     StepFinished,
     StepStarted,
+    SubagentEvent,
+    SubagentFinished,
+    SubagentStarted,
     TextDelta,
     ToolFinished,
     ToolStarted,
@@ -37,6 +40,7 @@ from fugu_cli.events import (
     WorkflowPlanned,
     WorkflowStepFinished,
     WorkflowStepStarted,
+    unwrap,
 )
 from fugu_cli.tools import ApprovalRequest
 from fugu_cli.types import Message, RouteDecision, ToolCall, ToolResult, TurnResult, Usage
@@ -55,6 +59,22 @@ def make_console(*, stderr: bool = False, width: int | None = None) -> Console:
     if console.width < 20:
         console.width = 20
     return console
+
+
+def todo_text(arguments: str) -> Text:
+    """The worker's todo list as it wrote it: `✔` done (dim), `▸` in progress (bold), `☐` pending."""
+    from fugu_cli.tools import todo
+
+    text = Text()
+    for item in todo.from_arguments(arguments) or []:
+        if item.status == "completed":
+            text.append(f"    ✔ {item.content}\n", style="dim")
+        elif item.status == "in_progress":
+            text.append(f"    ▸ {item.active_form or item.content}\n", style="bold")
+        else:
+            text.append(f"    ☐ {item.content}\n")
+    text.rstrip()
+    return text
 
 
 def route_text(decision: RouteDecision) -> Text:
@@ -164,6 +184,7 @@ class Renderer:
         self._shown: set[str] = set()  # diffs the user already saw in an approval question
         self._lock = threading.RLock()
         self._progress = ProgressLines(self._line, prefix) if compact else None
+        self._nested = ProgressLines(self._line, prefix)  # subagents' steps, a line each, indented
 
     def on_event(self, event: Event) -> None:
         with self._lock:
@@ -188,6 +209,8 @@ class Renderer:
             passed = isinstance(event, AttemptChecked) and event.record.passed
             style = "bold" if isinstance(event, AttemptStarted) else ("green" if passed else "yellow")
             self.console.print(Text(line, style=style), overflow="fold")
+        elif isinstance(event, SubagentEvent | SubagentStarted | SubagentFinished):
+            self._subagent(event)
         elif isinstance(event, RouteChosen):
             self.pause()
             self.console.print(route_text(event.decision), overflow="ellipsis", no_wrap=True)
@@ -254,6 +277,18 @@ class Renderer:
         elif isinstance(inner, ProviderFailed) or (isinstance(inner, Notice) and inner.level != "info"):
             self._handle(inner)
 
+    def _subagent(self, event: Event) -> None:
+        """A `task` call's subagent: its start, a line per step under it, its end; the spinner: who works."""
+        inner = unwrap(event)
+        if isinstance(event, SubagentEvent) and isinstance(inner, StepStarted | ToolStarted):
+            what = (
+                tool_summary(inner.call.name, inner.call.arguments) if isinstance(inner, ToolStarted) else ""
+            )
+            self._start(f"subagent · {inner.worker} {('▸ ' + what) if what else 'is thinking…'}")
+            return
+        self.pause()
+        self._nested.on_event(event)
+
     def _message(self, content: str, *, final: bool) -> None:
         if not content.strip():
             return
@@ -264,6 +299,8 @@ class Renderer:
 
     def _tool(self, worker: str, call: ToolCall, result: ToolResult) -> None:
         self.console.print(tool_text(worker, call, result), overflow="ellipsis", no_wrap=True)
+        if call.name == "todo_write" and not result.is_error:
+            self.console.print(todo_text(call.arguments), overflow="fold")
         if call.name in EDIT_TOOLS and not result.is_error:
             diff = edit_diff(result)
             if diff and diff.strip() not in self._shown:
@@ -323,6 +360,10 @@ def approval_text(request: ApprovalRequest, full: bool) -> Text:
     """The question's context: who wants to do what, and a preview (or, with `full`, all) of the diff."""
     text = Text("? ", style="bold yellow")
     text.append(request.agent or "a worker", style="bold cyan")
+    if request.tool == "exit_plan_mode":  # the whole plan: it is what the user approves
+        text.append(" has a plan:\n")
+        text.append("    " + request.detail.strip().replace("\n", "\n    ") + "\n", style="bold")
+        return text
     if request.kind == "exec" and request.tool in ("shell", "git_commit"):
         text.append(f" wants to run $ {request.summary.removeprefix('shell: ')}\n")
     elif request.kind == "exec":

@@ -293,6 +293,9 @@ class Repl:
         if request.kind == "edit":
             self.renderer.shown(request.detail)
         verdict = {"yes": "allowed once", "no": "denied", "always": f"always allowed: {request.prefix}"}
+        if request.tool == "exit_plan_mode":
+            verdict = {"yes": "running the plan, asking before edits", "no": "keep planning"}
+            verdict["always"] = "running the plan, edits accepted"
         self._say(f"  {verdict[answer]}", "dim")
         return answer
 
@@ -343,7 +346,9 @@ class Repl:
 
     def _message(self) -> str:
         worker = self._session.settings().worker if self._session else self.opts.worker
+        planning = self._session is not None and self._session.settings().planning
         tags = [t for t in (worker, "ultra" if self._session and self._session.ultra else None) if t]
+        tags += ["plan"] if planning else []
         return f"fugu [{' '.join(tags)}] › " if tags else "fugu › "
 
     def _commands(self) -> Sequence[tuple[str, str]]:

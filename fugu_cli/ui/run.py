@@ -25,8 +25,8 @@ from fugu_cli.events import (
     Event,
     SessionStarted,
     TurnFinished,
-    WorkflowAgentEvent,
     result_json,
+    unwrap,
 )
 from fugu_cli.options import RunOptions
 from fugu_cli.types import TurnResult, Usage, WorkerUsage
@@ -311,7 +311,11 @@ def _controls(
     return Controls(
         models=models,
         interrupt=interrupt,
-        set_permission_mode=lambda name: session.set_permission_mode(permission_mode(name)),
+        set_permission_mode=lambda name: (
+            session.set_planning(True)
+            if name == "plan"
+            else session.set_permission_mode(permission_mode(name))
+        ),
         set_model=lambda model: session.set_worker(worker_named(session.pool, model)),
         mcp_status=lambda: [{"name": n, "status": s} for n, s in session.mcp_servers()],
         commands=lambda: [
@@ -365,8 +369,7 @@ class _Render:
     def _count(self, event: Event) -> None:
         if isinstance(event, SessionStarted):
             self._started, self._seen = time.monotonic(), []
-        while isinstance(event, WorkflowAgentEvent):
-            event = event.inner
+        event = unwrap(event)
         if isinstance(event, AssistantMessage):
             self._seen.append(event)
 

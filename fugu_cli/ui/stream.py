@@ -22,7 +22,7 @@ from typing import IO, Any
 
 from fugu_cli import __version__
 from fugu_cli.errors import UsageError
-from fugu_cli.events import Event, ToolStarted, WorkflowAgentEvent
+from fugu_cli.events import Event, ToolStarted, unwrap
 from fugu_cli.tools import Answer, ApprovalRequest
 from fugu_cli.types import dumps
 from fugu_cli.ui.initialize import InitializeAsks, read_initialize
@@ -131,8 +131,7 @@ class Asker:
         self._closed = False
 
     def see(self, event: Event) -> None:
-        while isinstance(event, WorkflowAgentEvent):
-            event = event.inner
+        event = unwrap(event)
         if isinstance(event, ToolStarted):
             self._here.call = event.call
 

@@ -21,11 +21,16 @@ EXPECTED = {
     "grep": ("read", {"pattern"}, {"path"}),
     "edit_file": ("edit", {"path", "old_text", "new_text"}, set()),
     "write_file": ("edit", {"path", "content"}, set()),
-    "shell": ("exec", {"command"}, {"timeout_s"}),
+    "shell": ("exec", {"command"}, {"timeout_s", "background"}),
+    "shell_output": ("read", {"shell_id"}, {"wait_s"}),
+    "shell_kill": ("read", {"shell_id"}, set()),
     "git_status": ("read", set(), set()),
     "git_diff": ("read", set(), {"path"}),
     "git_log": ("read", set(), {"n"}),
     "git_commit": ("exec", {"message"}, set()),
+    "task": ("read", {"description", "prompt"}, {"subagent_type"}),
+    "exit_plan_mode": ("read", {"plan"}, set()),
+    "todo_write": ("read", {"todos"}, set()),
 }
 
 
@@ -42,7 +47,7 @@ def test_schemas_names_and_kinds() -> None:
         assert set(params["properties"]) == required | optional
         assert len(fn["description"]) > 30
         for prop in params["properties"].values():
-            assert prop["type"] in {"string", "integer", "number"}
+            assert prop["type"] in {"string", "integer", "number", "boolean", "array"}
             assert len(prop["description"]) > 10
     json.dumps(registry.schemas())
 

@@ -85,6 +85,7 @@ complete -c fugu -n '__fugu_at \'\'' -l permission-prompts -x -d 'host: the clie
 complete -c fugu -n '__fugu_at \'\'' -l yes -s y -d 'Allow edits and commands (same as full-auto).'
 complete -c fugu -n '__fugu_at \'\'' -l continue -s c -d 'Continue the last session here.'
 complete -c fugu -n '__fugu_at \'\'' -l resume -s r -x -d 'Resume the session with this id.'
+complete -c fugu -n '__fugu_at \'\'' -l fork-session -d 'With --resume/--continue: a new session from that one\'s point.'
 complete -c fugu -n '__fugu_at \'\'' -l router -r -F -d 'A router checkpoint directory, \'default\' or \'prior\'.'
 complete -c fugu -n '__fugu_at \'\'' -l cost-weight -x -d 'λ in reward per US dollar (default: the router checkpoint\'s own).'
 complete -c fugu -n '__fugu_at \'\'' -l ultra -d 'Let a conductor plan a multi-worker workflow.'
