@@ -248,7 +248,6 @@ def _only(tools: str, notes: list[str]) -> tuple[str, ...]:
 # Claude Code flags fugu cannot honour: a run that asked for them would silently do something else.
 REFUSED: dict[str, str] = {
     "--settings": "fugu reads .fugu/config.toml and FUGU_* variables, not Claude Code's --settings",
-    "--add-dir": "fugu works in one repository; it cannot open --add-dir directories to its workers",
     "--plugin-dir": "fugu has no plugins",
     "--json-schema": "fugu cannot force a structured answer (--json-schema)",
     "--session-id": "fugu chooses its own session ids; continue one with --resume ID",

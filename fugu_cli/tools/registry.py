@@ -114,6 +114,10 @@ class ToolRegistry:
     def with_source(self, source: ToolSource) -> ToolRegistry:
         return ToolRegistry(self._tools.values(), (*self._sources, source), self._keep)
 
+    def adding(self, tool: Tool) -> ToolRegistry:
+        """This registry with one more of fugu's own tools (web_search, when a provider is configured)."""
+        return ToolRegistry((*self._tools.values(), tool), self._sources, self._keep)
+
     def _all(self) -> dict[str, Tool]:
         if not self._sources:
             return self._tools
@@ -126,7 +130,7 @@ class ToolRegistry:
 
     @classmethod
     def default(cls) -> ToolRegistry:
-        from fugu_cli.tools import files, git, search, shell
+        from fugu_cli.tools import files, git, search, shell, web
 
         specs: list[tuple[ToolFunction, ToolKind]] = [
             (files.read_file, "read"),
@@ -139,6 +143,7 @@ class ToolRegistry:
             (git.git_diff, "read"),
             (git.git_log, "read"),
             (git.git_commit, "exec"),
+            (web.web_fetch, "web"),
         ]
         return cls(Tool.from_function(func, kind) for func, kind in specs)
 
@@ -178,6 +183,10 @@ class ToolRegistry:
         tool = tools.get(call.name)
         if tool is None:
             known = ", ".join(tools)
+            if call.name == "web_search":
+                from fugu_cli.tools.web import NOT_ENABLED
+
+                return _error(call, start, f"{NOT_ENABLED} Available tools: {known}.")
             return _error(call, start, f"Unknown tool {call.name!r}. Available tools: {known}.")
         inv = Invocation(ctx=ctx, tool=tool.name, kind=tool.kind)
         try:
@@ -196,6 +205,7 @@ class ToolRegistry:
             exit_code=inv.exit_code,
             duration_ms=elapsed_ms(start),
             files_touched=tuple(inv.files_touched),
+            images=tuple(inv.images),
         )
 
 

@@ -56,6 +56,9 @@ class SandboxPolicy:
     pass_env: tuple[str, ...] = ()
     writable: tuple[str, ...] = ()
     hide: tuple[str, ...] = DEFAULT_HIDE
+    extra_roots: tuple[
+        str, ...
+    ] = ()  # folders added beside the workspace (--add-dir): bound, and guarded, like it
 
 
 @dataclass(frozen=True)
@@ -216,7 +219,7 @@ def bwrap_options(
     for path, rw in [
         (workspace.resolve(), write),
         *((g, write) for g in gits),
-        *((_expand(p), write) for p in policy.writable),
+        *((_expand(p), write) for p in (*policy.writable, *policy.extra_roots)),
         *((Path(p).resolve(), True) for p in writable),
     ]:
         binds[path] = binds.get(path, False) or rw
@@ -234,8 +237,10 @@ def bwrap_options(
         if not holds[h] or any(_inside(h, b) and h != b for b in binds):
             opts += hide(h)
     if write and protect:
-        top = workspace.resolve()
-        guarded = [top / rel for rel in PROTECTED] + [g / name for g in gits for name in ("hooks", "config")]
+        tops = [workspace.resolve(), *(_expand(p) for p in policy.extra_roots)]
+        gits += [g for top in tops[1:] for g in git_dirs(top)]
+        guarded = [top / rel for top in tops for rel in PROTECTED]
+        guarded += [g / name for g in gits for name in ("hooks", "config")]
         for p in dict.fromkeys(guarded):
             if p.exists():
                 opts += ["--ro-bind", str(p), str(p)]

@@ -133,13 +133,18 @@ def _search(compiled: Any, text: str, deadline: float, inv: Invocation, full: bo
 
 
 def _files_under(inv: Invocation, start: Path, named: frozenset[str]) -> list[str]:
-    """Visible files under `start`; if none but `start` holds files (git ignores it), all of them."""
-    rel = inv.rel(start)
+    """Visible files under `start`; if none but `start` holds files (git ignores it), all of them. Paths are
+    the root's (`../lib/x.py` in a folder added beside it)."""
+    outside = [d for d in inv.ctx.dirs if start.is_relative_to(d)]
+    top = inv.root if start.is_relative_to(inv.root) or not outside else outside[0]
+    rel = start.relative_to(top).as_posix() if start.is_relative_to(top) else "."
     prefix = "" if rel == "." else rel + "/"
-    files = [f for f in visible_files(inv.root, named, inv.ctx.cancel) if f.startswith(prefix)]
+    files = [f for f in visible_files(top, named, inv.ctx.cancel) if f.startswith(prefix)]
     if not files and prefix and start.is_dir():
-        files = list(walk(inv.root, start, honour_ignores=False))
-    return files
+        files = list(walk(top, start, honour_ignores=False))
+    if top == inv.root:
+        return files
+    return [inv.rel(top / f) for f in files]
 
 
 def _literal_dir(root: Path, pattern: str) -> Path:

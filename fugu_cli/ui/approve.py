@@ -85,7 +85,7 @@ def ask(
 
 
 def _question(request: ApprovalRequest) -> str:
-    what = "edit" if request.kind == "edit" else "run"
+    what = {"edit": "edit", "web": "fetch"}.get(request.kind, "run")
     return f"Allow {request.agent} to {what} this? [y]es [n]o [a]lways ({request.prefix}) [d]iff: "
 
 

@@ -407,6 +407,24 @@ def _mcp(ctx: Context, arg: str) -> None:
             _say(ctx, "    " + ", ".join(tools), "dim")
 
 
+def _add_dir(ctx: Context, arg: str) -> None:
+    from pathlib import Path
+
+    session = ctx.session
+    if not arg:
+        added = session.settings().dirs
+        _say(ctx, "folders beside the repository: " + (", ".join(map(str, added)) or "none"), "dim")
+        return
+    try:
+        found = session.add_dir(Path(arg))
+    except FuguError as e:
+        _say(ctx, str(e).removeprefix("--add-dir "), "red")
+        return
+    mode = session.settings().mode
+    how = "readable" if mode == "read-only" else "readable and, as the repository, editable"
+    _say(ctx, f"added {found}: {how} by the tools from the next turn", "dim")
+
+
 def _exit(ctx: Context, arg: str) -> None:
     ctx.stop()
 
@@ -435,6 +453,7 @@ COMMANDS: dict[str, Command] = {
         Command("ultra", "on|off", "let a conductor plan a multi-worker workflow for each turn", _ultra),
         Command("memory", "", "the instruction files loaded, and what ultra mode's agents learned", _memory),
         Command("mcp", "", "the MCP servers: status and tools", _mcp),
+        Command("add-dir", "[DIR]", "let the tools reach a folder beside the repository too", _add_dir),
         Command("exit", "", "leave (Ctrl-D does too)", _exit),
     )
 }

@@ -13,7 +13,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -28,7 +28,7 @@ from fugu_cli.events import (
     result_json,
 )
 from fugu_cli.options import RunOptions
-from fugu_cli.types import TurnResult, Usage, WorkerUsage
+from fugu_cli.types import Image, TurnResult, Usage, WorkerUsage
 from fugu_cli.ui.custom import Prompted, described
 from fugu_cli.ui.phrases import err
 from fugu_cli.ui.stop import GRACE_S, GaveUp, Stopper
@@ -173,7 +173,8 @@ def _one_shot(opts: RunOptions, out: Output, task: str) -> int:
         session = build_session(opts, router_process=True)
         try:
             _say_refusals(session, opts)
-            result = _turn(session, task, _Render(out.format, sys.stdout), stopper)
+            images = task_images(opts, task, session.roots())
+            result = _turn(session, task, _Render(out.format, sys.stdout), stopper, images)
         finally:
             session.close()
     _final(out.format, result, sys.stdout)
@@ -208,7 +209,26 @@ def _conversation(opts: RunOptions, out: Output) -> int:
     return stopper.code or code
 
 
-def _turn(session: Session, text: str, render: _Render, stopper: Stopper) -> TurnResult:
+def task_images(opts: RunOptions, task: str, roots: Sequence[Path]) -> list[Image]:
+    """The pictures of a one-shot task: `--image FILE`s and the images the task names (`@shot.png`, a
+    pasted path); a usage error when one cannot be sent."""
+    from fugu_cli.tools.images import NotAnImage, load_image, prompt_images
+
+    images: list[Image] = []
+    for path in opts.images:
+        try:
+            images.append(load_image(opts.cwd / path, str(path)))
+        except NotAnImage as e:
+            raise UsageError(f"--image {path}: {e}") from None
+    named, problems = prompt_images(task, roots)
+    if problems:
+        raise UsageError(problems[0])
+    return images + [i for i in named if i not in images]
+
+
+def _turn(
+    session: Session, text: str, render: _Render, stopper: Stopper, images: Sequence[Image] = ()
+) -> TurnResult:
     """One turn; a task that is a custom command or an MCP prompt (`/fix-issue 12`) runs as its prompt."""
     from fugu_cli.ui.turn import TurnThread
 
@@ -220,7 +240,7 @@ def _turn(session: Session, text: str, render: _Render, stopper: Stopper) -> Tur
     from fugu_cli.turn_settings import Overrides
 
     overrides = Overrides(prompted.worker, tuple(prompted.allow)) if prompted is not None else None
-    turn = TurnThread(session, text, render.on_event, overrides)
+    turn = TurnThread(session, text, render.on_event, overrides, images)
     stopper.attach(turn.cancel)
     try:
         return turn.run(wait=stopper.wait)
