@@ -121,6 +121,9 @@ def settle(opts: RunOptions, out: Output, flags: Flags) -> tuple[RunOptions, Out
     return opts, out
 
 
+IMAGE_TASK = "--image goes with a task: fugu -p TASK --image FILE (in the REPL, name the picture: @shot.png)"
+
+
 def main(opts: RunOptions, out: Output, flags: Flags | None = None) -> int:
     try:
         opts, out = settle(opts, out, flags or Flags())
@@ -129,6 +132,9 @@ def main(opts: RunOptions, out: Output, flags: Flags | None = None) -> int:
         return e.exit_code
     for note in out.notes:
         err(note)
+    if opts.images and out.input_format == "stream-json":
+        err(IMAGE_TASK)
+        return 2
     if out.input_format == "stream-json":
         return _guarded(lambda: _conversation(opts, out))
     task = readable(out.task)
@@ -138,6 +144,9 @@ def main(opts: RunOptions, out: Output, flags: Flags | None = None) -> int:
     if not task:
         if out.print_mode or not sys.stdin.isatty():
             err("no task given: pass it as an argument (fugu -p 'fix the tests') or on stdin")
+            return 2
+        if opts.images:
+            err(IMAGE_TASK)
             return 2
         from fugu_cli.ui import repl
 
@@ -169,11 +178,12 @@ def readable(raw: str | bytes) -> str:
 def _one_shot(opts: RunOptions, out: Output, task: str) -> int:
     from fugu_cli.app import build_session
 
+    given = flag_images(opts)  # a picture that cannot be sent is a usage error before anything starts
     with Stopper().installed() as stopper:  # a signal while the session is built still ends in a result
         session = build_session(opts, router_process=True)
         try:
+            images = task_images(given, task, session.roots())
             _say_refusals(session, opts)
-            images = task_images(opts, task, session.roots())
             result = _turn(session, task, _Render(out.format, sys.stdout), stopper, images)
         finally:
             session.close()
@@ -209,10 +219,9 @@ def _conversation(opts: RunOptions, out: Output) -> int:
     return stopper.code or code
 
 
-def task_images(opts: RunOptions, task: str, roots: Sequence[Path]) -> list[Image]:
-    """The pictures of a one-shot task: `--image FILE`s and the images the task names (`@shot.png`, a
-    pasted path); a usage error when one cannot be sent."""
-    from fugu_cli.tools.images import NotAnImage, load_image, prompt_images
+def flag_images(opts: RunOptions) -> list[Image]:
+    """The `--image FILE`s; a usage error when one cannot be sent."""
+    from fugu_cli.tools.images import NotAnImage, load_image
 
     images: list[Image] = []
     for path in opts.images:
@@ -220,10 +229,18 @@ def task_images(opts: RunOptions, task: str, roots: Sequence[Path]) -> list[Imag
             images.append(load_image(opts.cwd / path, str(path)))
         except NotAnImage as e:
             raise UsageError(f"--image {path}: {e}") from None
+    return images
+
+
+def task_images(given: Sequence[Image], task: str, roots: Sequence[Path]) -> list[Image]:
+    """The pictures of a one-shot task: `given` (--image) and the images the task names (`@shot.png`, a
+    pasted path); a usage error when a named one cannot be sent."""
+    from fugu_cli.tools.images import prompt_images
+
     named, problems = prompt_images(task, roots)
     if problems:
         raise UsageError(problems[0])
-    return images + [i for i in named if i not in images]
+    return [*given, *(i for i in named if i not in given)]
 
 
 def _turn(

@@ -11,7 +11,7 @@ from pathlib import Path
 from fugu_cli.tools import EditChecks, ToolContext
 from tests.tools.conftest import Call
 
-RUFF = f"{shlex.quote(sys.executable)} -m ruff check --no-cache --isolated {{files}}"
+RUFF = f"{shlex.quote(sys.executable)} -m ruff check --no-cache --isolated --output-format concise {{files}}"
 
 
 def test_an_edit_that_breaks_ruff_returns_the_diagnostic(
