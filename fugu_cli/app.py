@@ -537,7 +537,8 @@ def build_conductor(
     but a session that does not start in ultra mode loads the conductor's modules on its first ultra turn."""
     u = config.ultra_settings
     names = [w.name for w in pool]
-    conductor = u.conductor or max(pool, key=lambda w: w.priority).name
+    trained = _local_conductor(u.conductor, root)
+    conductor = (None if trained else u.conductor) or max(pool, key=lambda w: w.priority).name
     if conductor not in names:
         choose = ", ".join(names)
         raise UsageError(f"[ultra] conductor = {conductor!r} is not a usable worker; choose one of: {choose}")
@@ -563,10 +564,27 @@ def build_conductor(
                 root, "workflow_step", append=opts.append_system_prompt, instructions=instructions
             ),
             plan=plan,
+            trained=trained,
         )
         return Conductor(ConductorDeps(agent=agent, store=store, pool=pool), cfg)
 
     return make() if config.ultra else _Deferred(make)
+
+
+def _local_conductor(setting: str | None, root: Path) -> Path | None:
+    """The model folder `[ultra] conductor = "local:PATH"` names (relative to the project), or None for a
+    pool worker. A folder that is not a causal-LM folder is a usage error now, not at the first turn."""
+    if not setting or not setting.startswith("local:"):
+        return None
+    raw = setting.removeprefix("local:").strip()
+    path = Path(raw).expanduser()
+    path = path if path.is_absolute() else root / path
+    if not raw or not (path / "config.json").is_file():
+        raise UsageError(
+            f'[ultra] conductor = "{setting}": {path} is not a model folder (no config.json). Train one with '
+            "`fugu conductor train`, or name a pool worker."
+        )
+    return path
 
 
 class _Deferred:

@@ -19,6 +19,7 @@ SUBCOMMANDS = (
     "pool",
     "sessions",
     "router",
+    "conductor",
     "demo",
     "eval",
     "serve",
@@ -40,8 +41,10 @@ app = typer.Typer(
 sessions_app = typer.Typer(help="List and inspect past sessions.", rich_markup_mode=None)
 router_app = typer.Typer(help="Inspect, train and judge routers.", rich_markup_mode=None)
 mcp_app = typer.Typer(help="The MCP servers a session here gets.", rich_markup_mode=None)
+conductor_app = typer.Typer(help="Train and judge a conductor model (ultra mode).", rich_markup_mode=None)
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(router_app, name="router")
+app.add_typer(conductor_app, name="conductor")
 app.add_typer(mcp_app, name="mcp")
 
 
@@ -375,6 +378,106 @@ def eval_cmd(
     raise typer.Exit(eval_main(options))
 
 
+@conductor_app.command("train")
+def conductor_train(
+    base: Annotated[
+        Path, typer.Option("--base", help="A local Hugging Face causal-LM folder to start from.")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="The folder to write the trained conductor to.")],
+    data: Annotated[
+        Path | None, typer.Option("--data", help="An outcome folder (dataset.toml) to replay workflows on.")
+    ] = None,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="GRPO steps.")] = 40,
+    group: Annotated[int, typer.Option("--group", min=2, help="Workflows sampled per prompt.")] = 4,
+    prompts_per_step: Annotated[int, typer.Option("--prompts-per-step", min=1)] = 2,
+    lr: Annotated[float, typer.Option("--lr", min=0.0, help="GRPO learning rate.")] = 2e-5,
+    completion_tokens: Annotated[int, typer.Option("--completion-tokens", min=8)] = 96,
+    lora_rank: Annotated[int, typer.Option("--lora-rank", min=0, help="LoRA rank; 0: full fine-tune.")] = 16,
+    sft_steps: Annotated[int, typer.Option("--sft-steps", min=0, help="Warm-start steps (0: none).")] = 40,
+    sft_lr: Annotated[float, typer.Option("--sft-lr", min=0.0)] = 2e-4,
+    beta: Annotated[
+        float, typer.Option("--beta", min=0.0, help="KL weight toward the base (0: none).")
+    ] = 0.0,
+    lam: Annotated[float, typer.Option("--lambda", min=0.0, help="λ: reward per USD spent.")] = 0.0,
+    carry: Annotated[
+        float,
+        typer.Option(
+            "--carry-accuracy", min=0.0, max=1.0, help="Replay: P(a step carries a right answer it sees)."
+        ),
+    ] = 0.8,
+    max_depth: Annotated[int, typer.Option("--max-depth", min=0, help="Recursion depth (0: none).")] = 1,
+    split: Annotated[
+        str | None, typer.Option("--split", help="given[:LABEL] | kfold:K:SEED:FOLD | tasks:A,B | all.")
+    ] = None,
+    min_workers: Annotated[int, typer.Option("--min-workers", min=1, help="Smallest pool subset shown.")] = 2,
+    max_workers: Annotated[int, typer.Option("--max-workers", min=1, help="Largest pool subset shown.")] = 5,
+    env: Annotated[
+        str, typer.Option("--env", help="replay (an outcome folder) or live (a suite).")
+    ] = "replay",
+    suite: Annotated[str | None, typer.Option("--suite", help="live: the suite to run (e.g. pyfix).")] = None,
+    pool: Annotated[str | None, typer.Option("--pool", help="live: a TOML file of [[workers]].")] = None,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+    bf16: Annotated[bool, typer.Option("--bf16", help="bfloat16 training (GPU).")] = False,
+    threads: Annotated[int | None, typer.Option("--threads", min=1, help="CPU threads for torch.")] = None,
+) -> None:
+    """Train a conductor with GRPO (TRL): a warm start on valid workflows, then workflows sampled per prompt,
+    run in the environment, rewarded 0 / 0.5 / 1 − λ·USD against their group."""
+    from fugu_cli.conductor.lm import LMConfig
+    from fugu_cli.conductor.replay import Rules
+    from fugu_cli.eval.conductor_cmd import TrainRequest, train_main
+
+    cfg = LMConfig(
+        steps=steps,
+        group=group,
+        prompts_per_step=prompts_per_step,
+        learning_rate=lr,
+        completion_tokens=completion_tokens,
+        beta=beta,
+        lora_rank=lora_rank,
+        lora_alpha=2 * max(lora_rank, 1),
+        sft_steps=sft_steps,
+        sft_learning_rate=sft_lr,
+        seed=seed,
+        device=device,
+        bf16=bf16,
+        threads=threads,
+    )
+    rules = Rules(carry_accuracy=carry, lam=lam, max_depth=max_depth)
+    req = TrainRequest(data, base, out, cfg, rules, split, min_workers, max_workers, env, suite, pool)
+    raise typer.Exit(train_main(req))
+
+
+@conductor_app.command("eval")
+def conductor_eval(
+    data: Annotated[Path, typer.Option("--data", help="An outcome folder (dataset.toml) to judge on.")],
+    conductor: Annotated[
+        Path, typer.Option("--conductor", help="A trained conductor (or any causal-LM folder).")
+    ],
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
+    lam: Annotated[
+        float | None, typer.Option("--lambda", min=0.0, help="λ (default: the conductor's).")
+    ] = None,
+    subset: Annotated[
+        int | None, typer.Option("--subset", min=1, help="Show each prompt this many random workers.")
+    ] = None,
+    best_of: Annotated[int, typer.Option("--best-of", min=1, help="N of best-of-N and of the cascade.")] = 3,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Judge only the first N prompts.")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+    threads: Annotated[int | None, typer.Option("--threads", min=1, help="CPU threads for torch.")] = None,
+) -> None:
+    """Judge a conductor on prompts it never trained on, by replay, beside the baselines: best single,
+    best-of-N with a judge, cheap-first cascade, fixed templates, random workflows, oracle."""
+    from fugu_cli.conductor.evaluate import EvalSpec
+    from fugu_cli.eval.conductor_cmd import eval_main
+
+    spec = EvalSpec(data, conductor, lam, None, subset, best_of, limit, seed, device=device, threads=threads)
+    raise typer.Exit(eval_main(spec, json_out))
+
+
 @app.command("serve")
 def serve_cmd(
     host: Annotated[
@@ -400,6 +503,16 @@ def serve_cmd(
         list[str] | None,
         typer.Option("--cors-origin", metavar="ORIGIN", help="Let web pages from ORIGIN call (repeatable)."),
     ] = None,
+    header_timeout: Annotated[
+        float,
+        typer.Option(
+            "--header-timeout", min=0.1, metavar="S", help="Close a connection whose request head is late."
+        ),
+    ] = 10.0,
+    body_timeout: Annotated[
+        float,
+        typer.Option("--body-timeout", min=0.1, metavar="S", help="Answer 408 to a request body this late."),
+    ] = 60.0,
 ) -> None:
     """Serve an OpenAI-compatible endpoint: fugu (router-only pass-through), fugu-agent, fugu-ultra,
     fugu/<worker>."""
@@ -415,6 +528,8 @@ def serve_cmd(
         api_key=api_key,
         api_key_env=api_key_env,
         cors_origins=tuple(cors_origin or ()),
+        header_timeout_s=header_timeout,
+        body_timeout_s=body_timeout,
     )
     raise typer.Exit(serve.main(options))
 
@@ -707,7 +822,7 @@ def main(argv: list[str] | None = None) -> Any:
     root.command(
         help=(run.__doc__ or "")
         + "\n\nCommands: fugu pool | fugu sessions [show|export ID] | fugu router info|train|eval"
-        " | fugu eval SUITE | fugu serve | fugu acp | fugu mcp list | fugu demo | fugu doctor"
-        " | fugu completion SHELL"
+        " | fugu conductor train|eval | fugu eval SUITE | fugu serve | fugu acp | fugu mcp list | fugu demo"
+        " | fugu doctor | fugu completion SHELL"
     )(run)
     return root(args=args, prog_name="fugu", obj=notes)

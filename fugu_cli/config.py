@@ -143,6 +143,9 @@ class ContextSettings(BaseModel):
     instructions_tokens: int = Field(default=8000, ge=0)  # AGENTS.md / CLAUDE.md files, all levels together
 
 
+DEFAULT_MCP_TOOL_TIMEOUT_S = 120.0  # one MCP tool call; a hanging tool is cut off after this
+
+
 class McpServerSettings(BaseModel):
     """`[mcp_servers.NAME]`: an MCP server, started as a command (stdio) or reached at a URL (HTTP)."""
 
@@ -158,7 +161,7 @@ class McpServerSettings(BaseModel):
     network: bool = True  # a stdio server's sandbox may reach the network (most servers exist to)
     writable: list[str] = Field(default_factory=list)  # extra writable paths for a stdio server (~/.npm)
     startup_timeout_s: float = Field(default=30.0, gt=0)
-    tool_timeout_s: float = Field(default=300.0, gt=0)
+    tool_timeout_s: float = Field(default=DEFAULT_MCP_TOOL_TIMEOUT_S, gt=0)  # `timeout` (ms) in .mcp.json
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerSettings:

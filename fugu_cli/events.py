@@ -227,6 +227,7 @@ class WorkflowPlanned(Event):
     steps: tuple[dict[str, Any], ...] = ()
     source: str = "conductor"  # conductor | plan-file | recursion
     parent_step: int | None = None
+    conductor: str = ""  # which conductor planned: "prompted conductor NAME" | "trained conductor PATH"
 
     def to_stream_json(self) -> dict[str, Any]:
         return _system(
@@ -236,6 +237,7 @@ class WorkflowPlanned(Event):
             source=self.source,
             steps=[dict(s) for s in self.steps],
             **({"parent_step": self.parent_step} if self.parent_step is not None else {}),
+            **({"conductor": self.conductor} if self.conductor else {}),
         )
 
 

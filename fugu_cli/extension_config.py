@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from fugu_cli.config import (
+    DEFAULT_MCP_TOOL_TIMEOUT_S,
     HOOK_EVENTS,
     Config,
     HookSettings,
@@ -54,7 +55,7 @@ class ServerSpec:
     network: bool = True
     writable: tuple[str, ...] = ()
     startup_timeout_s: float = 30.0
-    tool_timeout_s: float = 300.0
+    tool_timeout_s: float = DEFAULT_MCP_TOOL_TIMEOUT_S
 
     def fingerprint(self) -> str:
         """A digest of what decides the server's tools (its cached catalog is keyed by it)."""
@@ -247,7 +248,8 @@ def _mcp_json(path: Path, notices: list[str]) -> dict[str, ServerSpec]:
 
 
 def _from_claude(name: str, raw: Any, source: str, notices: list[str]) -> ServerSpec | None:
-    """A server in Claude Code's shape: `{command, args, env}` or `{type: "http"|"sse", url, headers}`."""
+    """A server in Claude Code's shape: `{command, args, env}` or `{type: "http"|"sse", url, headers}`, and
+    `timeout`, one tool call's limit in milliseconds as Claude Code reads it."""
     if not _good_name(name, source, notices):
         return None
     if not isinstance(raw, dict):
@@ -262,6 +264,9 @@ def _from_claude(name: str, raw: Any, source: str, notices: list[str]) -> Server
         "headers": raw.get("headers") or {},
         "type": "stdio" if kind is None and raw.get("command") else kind,
     }
+    timeout = _timeout_ms(name, raw.get("timeout"), source, notices)
+    if timeout is not None:
+        fields["tool_timeout_s"] = timeout / 1000
     try:
         expanded = _expand(fields)
         settings = McpServerSettings.model_validate(expanded)
@@ -272,6 +277,24 @@ def _from_claude(name: str, raw: Any, source: str, notices: list[str]) -> Server
         notices.append(f"MCP server {name!r} in {source} was skipped: {explain(e, McpServerSettings)}")
         return None
     return _from_settings(name, settings, source)
+
+
+def _timeout_ms(name: str, value: Any, source: str, notices: list[str]) -> float | None:
+    """`timeout` in milliseconds; a value that is not a positive number is said and the default kept."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        notices.append(
+            f"MCP server {name!r} in {source}: timeout {value!r} is not a positive number of milliseconds; "
+            f"the default {DEFAULT_MCP_TOOL_TIMEOUT_S:g} s holds"
+        )
+        return None
+    if value < 1000:
+        notices.append(
+            f"MCP server {name!r} in {source}: timeout {value:g} is in milliseconds, so a tool call gets "
+            f"{value / 1000:g} s (write {value * 1000:g} for {value:g} s)"
+        )
+    return float(value)
 
 
 def _expand(value: Any) -> Any:

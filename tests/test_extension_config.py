@@ -128,3 +128,26 @@ def test_matchers_take_fugus_and_claudes_tool_names() -> None:
     assert matches("mcp__github__.*", tool_names("mcp__github__create_issue"))
     assert not matches("Bash", tool_names("git_status")) and not matches("Bas", tool_names("shell"))
     assert matches("[", ("[",)) and not matches("[", tool_names("shell"))  # not a regex: the name itself
+
+
+def test_a_servers_tool_timeout_comes_from_mcp_json_in_milliseconds_or_from_config(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    _user('[mcp_servers.conf]\ncommand = "c"\ntool_timeout_s = 7\n')
+    (repo / ".mcp.json").write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "quick": {"command": "q", "timeout": 1500},
+                    "plain": {"command": "p"},
+                    "tiny": {"command": "t", "timeout": 30},
+                    "word": {"command": "w", "timeout": "soon"},
+                }
+            }
+        )
+    )
+    loaded = load_extensions(load_config(repo, trust_project=True), repo)
+    timeouts = {s.name: s.tool_timeout_s for s in loaded.servers}
+    assert timeouts == {"quick": 1.5, "plain": 120.0, "tiny": 0.03, "word": 120.0, "conf": 7.0}
+    said = "\n".join(loaded.notices)
+    assert "timeout 30 is in milliseconds, so a tool call gets 0.03 s (write 30000 for 30 s)" in said
+    assert "timeout 'soon' is not a positive number of milliseconds; the default 120 s holds" in said

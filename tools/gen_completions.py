@@ -54,8 +54,12 @@ def _option(param: Any) -> Option | None:
     choices: tuple[str, ...] = ()
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
         choices = tuple(str(m.value) for m in annotation)
+    elif getattr(param.type, "choices", None):  # typer versions without type_descriptor: click's Choice
+        choices = tuple(str(getattr(c, "value", c)) for c in param.type.choices)
     names = tuple(param.opts) + tuple(param.secondary_opts)
-    files = (isinstance(annotation, type) and issubclass(annotation, Path)) or bool(FILE_OPTIONS & set(names))
+    path_type = any(k.__name__ == "Path" for k in type(param.type).__mro__)
+    path_annotated = isinstance(annotation, type) and issubclass(annotation, Path)
+    files = path_annotated or path_type or bool(FILE_OPTIONS & set(names))
     help_text = " ".join((param.help or "").split())
     return Option(names, help_text, not param.is_flag, choices, files and not param.is_flag)
 

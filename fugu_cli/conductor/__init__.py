@@ -14,7 +14,8 @@ from pathlib import Path
 
 from fugu_cli import memory
 from fugu_cli.agent import AgentDeps, Limits, TurnIO
-from fugu_cli.conductor.planner import Planner, PlanOutcome, PlanRequest, total_usage
+from fugu_cli.conductor.local import LocalPlanner
+from fugu_cli.conductor.planner import Planner, PlanOutcome, PlanRequest, Plans, total_usage
 from fugu_cli.conductor.runner import Frame, Runner, RunnerConfig, RunnerDeps, StepOutcome
 from fugu_cli.conductor.workflow import Workflow
 from fugu_cli.events import Emit, Notice, WorkflowPlanned
@@ -31,12 +32,15 @@ __all__ = ["Conductor", "ConductorConfig", "ConductorDeps", "Workflow"]
 @dataclass
 class ConductorConfig:
     root: Path
-    conductor: str  # the pool worker that plans
+    conductor: str  # the pool worker that plans (the prompted conductor)
     home: Path  # FUGU_HOME: worktrees and saved patches live under it
     max_depth: int = 2
     step_limits: Limits = field(default_factory=Limits)
     system_prompt: str = ""  # for workflow steps
     plan: Workflow | None = None  # --plan: run this instead of asking the conductor
+    trained: Path | None = (
+        None  # `[ultra] conductor = "local:PATH"`: this model plans; `conductor` if it cannot
+    )
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,7 @@ class Conductor:
     def __init__(self, deps: ConductorDeps, config: ConductorConfig) -> None:
         self.deps = deps
         self.config = config
+        self._trained: LocalPlanner | None = None  # kept across turns: its model loads once
 
     @property
     def sid(self) -> str:
@@ -79,7 +84,7 @@ class Conductor:
         store = self.deps.store
         wf = self.next_workflow()
         notes = memory.context_block(store, self.sid, self.config.root)
-        planner = Planner(agent, self.config.conductor, self.deps.pool, self.config.max_depth)
+        planner = self._planner()
         plan: PlanOutcome | None = None
         workflow = self.config.plan
         if workflow is None:
@@ -90,7 +95,13 @@ class Conductor:
             workflow = plan.workflow
         source = "conductor" if plan is not None else "plan-file"
         io.emit(
-            WorkflowPlanned(session_id=self.sid, workflow=wf, steps=tuple(workflow.to_json()), source=source)
+            WorkflowPlanned(
+                session_id=self.sid,
+                workflow=wf,
+                steps=tuple(workflow.to_json()),
+                source=source,
+                conductor=plan.planner if plan is not None else "",
+            )
         )
         base = self._base(wf, io.emit)
         worktrees = self.config.home / "worktrees"
@@ -128,6 +139,14 @@ class Conductor:
             workers=workers,
             error=landing.error,
         )
+
+    def _planner(self) -> Plans:
+        prompted = Planner(self.deps.agent, self.config.conductor, self.deps.pool, self.config.max_depth)
+        if self.config.trained is None:
+            return prompted
+        if self._trained is None:
+            self._trained = LocalPlanner(self.config.trained, prompted)
+        return self._trained
 
     def next_workflow(self) -> int:
         numbers = [

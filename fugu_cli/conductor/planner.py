@@ -44,6 +44,13 @@ class PlanOutcome:
     workers: dict[str, WorkerUsage]
     num_turns: int
     repaired: bool = False
+    planner: str = ""  # which conductor planned: "prompted conductor NAME" or "trained conductor PATH"
+
+
+class Plans(Protocol):
+    """Writes workflows: the prompted conductor (`Planner`) or a trained one (`conductor/local.py`)."""
+
+    def plan(self, req: PlanRequest, ledger: Ledger, turn: int, io: TurnIO) -> PlanOutcome: ...
 
 
 def fixed_picker(worker: str, pool: Sequence[Worker], reason: str) -> Callable[[RouteState], RouteDecision]:
@@ -103,7 +110,11 @@ class Planner:
                 continue
             try:
                 return _outcome(
-                    parse(text, names, allow_conductor=allow), None, results, repaired=attempt > 0
+                    parse(text, names, allow_conductor=allow),
+                    None,
+                    results,
+                    repaired=attempt > 0,
+                    planner=f"prompted conductor {self.conductor}",
                 )
             except PlanError as e:
                 error = str(e)
@@ -146,10 +157,14 @@ def _last_answer(messages: Sequence[Message]) -> str:
 
 
 def _outcome(
-    workflow: Workflow | None, error: str | None, results: Sequence[TurnResult], repaired: bool = False
+    workflow: Workflow | None,
+    error: str | None,
+    results: Sequence[TurnResult],
+    repaired: bool = False,
+    planner: str = "",
 ) -> PlanOutcome:
     usage, workers, steps = total_usage(results)
-    return PlanOutcome(workflow, error, usage, workers, steps, repaired)
+    return PlanOutcome(workflow, error, usage, workers, steps, repaired, planner)
 
 
 class Spent(Protocol):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fugu_cli.agent import Agent, AgentDeps, Limits, TurnIO
-from fugu_cli.conductor.planner import Planner, PlanRequest, fixed_picker, total_usage
+from fugu_cli.conductor.planner import PlanRequest, Plans, fixed_picker, total_usage
 from fugu_cli.conductor.workflow import CONDUCTOR, Step, Workflow
 from fugu_cli.events import (
     Emit,
@@ -92,7 +92,7 @@ class RunnerDeps:
     agent: AgentDeps  # template: llm, tools, policy, approver, workers, session id
     store: Store
     pool: Sequence[Worker]
-    planner: Planner
+    planner: Plans
     io: TurnIO  # the turn's events and cancel flag
 
 
@@ -237,6 +237,7 @@ class Runner:
                 steps=tuple(plan.workflow.to_json()),
                 source="recursion",
                 parent_step=i,
+                conductor=plan.planner,
             )
         )
         sub = dataclasses.replace(frame, base=start, depth=frame.depth + 1, scope=scope, parent_step=i)

@@ -21,12 +21,17 @@ from typing import IO, Any
 
 from fugu_cli import __version__
 from fugu_cli.extension_config import ServerSpec
+from fugu_cli.mcp import framing
 from fugu_cli.mcp.catalog import Catalog, PromptArg, PromptInfo, ResourceInfo, ToolInfo
 from fugu_cli.tools.sandbox import SandboxPolicy, kill_tree, spawn
 
 log = logging.getLogger("fugu.mcp")
 _EXIT_GRACE_S = 2.0  # after stdin closes, as the MCP spec asks, before the server is killed
-_MAX_LINE = 64 * 1024 * 1024
+
+
+class CallTimedOut(Exception):
+    """A request the server did not answer within its timeout (not a builtin TimeoutError, which
+    concurrent.futures takes for its own)."""
 
 
 def open_client(
@@ -106,38 +111,54 @@ async def _stdio(
         stderr.close()  # the server holds its own copy; once it exits, the reader sees the end
     assert proc.stdout is not None and proc.stdin is not None
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=_MAX_LINE)
+    reader = asyncio.StreamReader()
     read_pipe, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), proc.stdout)
     write_pipe, _ = await loop.connect_write_pipe(asyncio.Protocol, proc.stdin)
     inbound_send, inbound = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     outbound, outbound_recv = anyio.create_memory_object_stream[SessionMessage](0)
+    in_flight: set[Any] = (
+        set()
+    )  # ids of our requests not answered yet (an oversized answer is matched to one)
+
+    limit = framing.MAX_MESSAGE
+
+    def parse(data: bytearray | framing.TooLong) -> Any:
+        if isinstance(data, framing.TooLong):
+            error = data.error(in_flight, limit)
+            log.warning("%s wrote a %d-byte message; it was dropped", spec.name, data.size)
+            return None if error is None else types.jsonrpc_message_adapter.validate_python(error)
+        try:
+            return types.jsonrpc_message_adapter.validate_python(json.loads(data), by_name=False)
+        except ValueError:
+            if data.strip():
+                log.debug("%s wrote a line that is not JSON-RPC: %.200s", spec.name, bytes(data[:200]))
+            return None
 
     async def from_server() -> None:
         async with inbound_send:
-            while True:
-                try:
-                    line = await reader.readline()
-                except (ValueError, OSError):
-                    break
-                if not line:
-                    break
-                text = line.decode("utf-8", errors="replace").strip()
-                if not text:
-                    continue
-                try:
-                    message = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
-                except ValueError:
-                    log.debug("%s wrote a line that is not JSON-RPC: %.200s", spec.name, text)
-                    continue
-                try:
-                    await inbound_send.send(SessionMessage(message))
-                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                    return
+            try:
+                async for data in framing.read_messages(reader, limit):
+                    message = parse(data)
+                    if message is None:
+                        continue
+                    if getattr(message, "method", None) is None:
+                        in_flight.discard(getattr(message, "id", None))
+                    try:
+                        await inbound_send.send(SessionMessage(message))
+                    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                        return
+            except OSError:
+                pass
         on_exit(proc.poll())
 
     async def to_server() -> None:
         async with outbound_recv:
             async for item in outbound_recv:
+                if (
+                    getattr(item.message, "method", None) is not None
+                    and getattr(item.message, "id", None) is not None
+                ):
+                    in_flight.add(item.message.id)
                 data = item.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
                 if write_pipe.is_closing():
                     break
@@ -211,8 +232,17 @@ def _resource(r: Any) -> ResourceInfo:
 async def call_tool(
     client: Any, tool: str, arguments: dict[str, Any], timeout_s: float
 ) -> tuple[str, bool, list[tuple[str, str]]]:
-    """(text for the model, is_error, images as (media type, base64)) of one tool call."""
-    result = await client.call_tool(tool, arguments, read_timeout_seconds=timeout_s)
+    """(text for the model, is_error, images as (media type, base64)) of one tool call; CallTimedOut if the
+    server did not answer in time."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import REQUEST_TIMEOUT
+
+    try:
+        result = await client.call_tool(tool, arguments, read_timeout_seconds=timeout_s)
+    except MCPError as e:
+        if e.code == REQUEST_TIMEOUT:
+            raise CallTimedOut(tool) from None
+        raise
     blocks = list(getattr(result, "content", None) or ())
     images = [(str(b.mime_type), str(b.data)) for b in blocks if _sendable_image(b)]
     parts = ["[image: attached below]" if _sendable_image(b) else _block_text(b) for b in blocks]

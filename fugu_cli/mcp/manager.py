@@ -121,7 +121,18 @@ class McpManager:
 
         srv = self._ready(server)
         timeout = srv.spec.tool_timeout_s
-        return self._await(srv, client.call_tool(srv.client, tool, arguments, timeout), timeout + 5, cancel)
+        try:
+            return self._await(
+                srv, client.call_tool(srv.client, tool, arguments, timeout), timeout + 5, cancel
+            )
+        except McpUnavailable as e:
+            if not isinstance(e.__cause__, client.CallTimedOut) and "did not answer within" not in str(e):
+                raise
+            raise McpUnavailable(
+                f"the tool {tool} of the MCP server {server} did not answer within {timeout:g} s and was "
+                "abandoned; the server is still there. Its limit is `timeout` (milliseconds) in .mcp.json "
+                f"or tool_timeout_s in [mcp_servers.{server}]"
+            ) from None
 
     def get_prompt(self, server: str, name: str, arguments: dict[str, str]) -> str:
         from fugu_cli.mcp import client

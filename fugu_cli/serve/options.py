@@ -35,6 +35,10 @@ class ServeOptions:
     turn_threads: int = 32  # agent turns and pass-through calls running at once; more wait their turn
     backlog: int = 2048  # connections the kernel queues before the server accepts them
     idle_timeout_s: float = 15.0  # an idle keep-alive connection is closed after this long
+    header_timeout_s: float = (
+        10.0  # a request's headers must arrive within this (slowloris); else 408, closed
+    )
+    body_timeout_s: float = 60.0  # and its body within this once they have
     max_live_sessions: int = 64  # agent sessions kept in memory; older ones are reloaded from the store
 
     def key(self) -> str | None:

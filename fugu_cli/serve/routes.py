@@ -37,6 +37,7 @@ from fugu_cli.serve.wire import (
 )
 
 MAX_BODY = 16 * 1024 * 1024
+MAX_DEPTH = 100  # JSON nesting; OpenAI request bodies with nested tool schemas stay far below
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
@@ -66,19 +67,54 @@ async def _blocking(request: Request, fn: Callable[[], Any], cancel: threading.E
 
 
 async def read_json(request: Request) -> Any:
+    """The request's JSON body: at most MAX_BODY bytes, arriving within the server's body timeout, nested at
+    most MAX_DEPTH deep (deeper would exhaust the stack of whatever walks it)."""
+    import asyncio
     import json
 
     size = 0
     parts: list[bytes] = []
-    async for part in request.stream():
-        size += len(part)
-        if size > MAX_BODY:
-            raise ApiError(413, f"the request body is over {MAX_BODY} bytes", code="request_too_large")
-        parts.append(part)
+    limit = _hub(request).options.body_timeout_s
     try:
-        return json.loads(b"".join(parts) or b"null")
+        async with asyncio.timeout(limit):
+            async for part in request.stream():
+                size += len(part)
+                if size > MAX_BODY:
+                    raise ApiError(
+                        413, f"the request body is over {MAX_BODY} bytes", code="request_too_large"
+                    )
+                parts.append(part)
+    except TimeoutError:
+        raise ApiError(
+            408,
+            f"the request body did not arrive within {limit:g} s",
+            code="request_timeout",
+            headers={"Connection": "close"},
+        ) from None
+    too_deep = ApiError(
+        400, f"the request body is nested deeper than {MAX_DEPTH} levels", code="invalid_json"
+    )
+    try:
+        body = json.loads(b"".join(parts) or b"null")
     except (ValueError, UnicodeDecodeError) as e:
         raise ApiError(400, f"the request body is not valid JSON: {e}", code="invalid_json") from None
+    except RecursionError:
+        raise too_deep from None
+    if _deeper_than(body, MAX_DEPTH):
+        raise too_deep
+    return body
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether JSON `value` nests arrays and objects more than `limit` deep (walked without recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            if depth >= limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 @openai_errors

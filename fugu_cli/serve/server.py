@@ -1,6 +1,7 @@
 """The `fugu serve` process: the ASGI app (routes behind the guard) served by uvicorn on a socket bound up
 front (so a busy port fails at start, and port 0 is known at once), in the main thread (`run`, which stops on
-SIGINT/SIGTERM) or in a background thread (`start`/`stop`, for tests and benchmarks).
+SIGINT/SIGTERM) or in a background thread (`start`/`stop`, for tests and benchmarks). A connection whose
+request headers do not arrive in time is answered 408 and closed (uvicorn has no such timeout).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class FuguServer:
             backlog=options.backlog,
             lifespan="off",
             server_header=False,
+            http=_timed_protocol(options.header_timeout_s),
         )
         self.server = _Uvicorn(config, self.hub)
         self._thread: threading.Thread | None = None
@@ -98,6 +100,51 @@ class FuguServer:
             self._thread.join(timeout=10)
             self._thread = None
         self.socket.close()
+
+
+def _timed_protocol(header_timeout_s: float) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol, closing a connection that has not sent a whole request head within
+    `header_timeout_s` of connecting, or of the first byte of its next request (slowloris). The body's own
+    timeout is the route's (`read_json`)."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    base: Any = AutoHTTPProtocol
+
+    class TimedHTTP(base):  # type: ignore[misc, valid-type]
+        _head_timer: asyncio.TimerHandle | None = None
+        _cycle_before: Any = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._await_head()
+
+        def data_received(self, data: bytes) -> None:
+            if self._head_timer is None and (self.cycle is None or self.cycle.response_complete):
+                self._await_head()  # the first byte of the next request on a kept-alive connection
+            super().data_received(data)
+            if self._head_timer is not None and self.cycle is not self._cycle_before:
+                self._head_timer.cancel()  # a new request's head is complete: its handler runs
+                self._head_timer = None
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            super().connection_lost(exc)
+
+        def _await_head(self) -> None:
+            self._cycle_before = self.cycle
+            self._head_timer = self.loop.call_later(header_timeout_s, self._head_late)
+
+        def _head_late(self) -> None:
+            self._head_timer = None
+            if self.cycle is self._cycle_before and not self.transport.is_closing():
+                self.transport.write(
+                    b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                )
+                self.transport.close()
+
+    return TimedHTTP
 
 
 def _bind(host: str, port: int, backlog: int) -> socket.socket:

@@ -1,5 +1,6 @@
-"""The store's one SQLite connection: opening (read-only or migrating under an exclusive lock), transactions,
-and the errors an unusable file gives. The table methods live in sessions.py and ledger.py. Never prints."""
+"""The store's one SQLite connection: opening (read-only, or migrating under a file lock so that many first
+runs at once never meet SQLite's own locks), transactions, file locks beside the database, and the errors an
+unusable file gives. The table methods live in sessions.py and ledger.py. Never prints."""
 
 from __future__ import annotations
 
@@ -38,9 +39,12 @@ class Connection:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
             self._db.row_factory = sqlite3.Row
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._migrate()
+            # one opener at a time sets WAL and migrates: switching a fresh file to WAL takes SQLite's
+            # exclusive lock, which can answer "database is locked" without waiting out the busy timeout
+            with file_lock(path.parent / "locks" / "store.lock"):
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._migrate()
         except (OSError, sqlite3.Error) as e:
             if readonly:
                 raise ConfigError(f"cannot read {path} as a fugu store ({_why(e)})") from None
@@ -95,6 +99,24 @@ class Connection:
         """Read-only inspection (tests, diagnostics); fugu's own reads go through the typed methods."""
         with self._lock:
             return list(self._db.execute(sql, args).fetchall())
+
+
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (created if missing) across processes; where the platform has no
+    flock, only this process's own threads are kept apart (by the callers' locks)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 def _why(e: BaseException) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from fugu_cli.redact import redact
-from fugu_cli.store.connection import Connection, redact_opt
+from fugu_cli.store.connection import Connection, file_lock, redact_opt
 from fugu_cli.store.rows import (
     CompactionRecord,
     CompactionRow,
@@ -67,19 +67,8 @@ class SessionTables(Connection):
     def session_lock(self, sid: str) -> Iterator[None]:
         """Hold the session for one turn across processes: two `fugu --continue` on one session take turns
         instead of interleaving their transcripts (a file lock beside the database)."""
-        try:
-            import fcntl
-        except ImportError:  # no flock on this platform: turns are serialised within one process only
+        with file_lock(self.path.parent / "locks" / f"{sid}.lock"):
             yield
-            return
-        path = self.path.parent / "locks" / f"{sid}.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a") as f:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
     # transcripts
 

@@ -1,10 +1,11 @@
 """What a shell command would run, for allow/deny rules: every simple command inside it, wrappers unwrapped.
 
 `analyze` parses with bashlex (a bash grammar, not a tokenizer): compound commands, pipelines, functions,
-command and process substitution, `sh -c` / `eval` strings, and wrappers (`env`, `command`, `xargs`, `nice`,
-`timeout`, `find -exec`, ...) all yield their inner commands. What it cannot see through (a command name built
-at run time, a shell reading commands from stdin, syntax bashlex lacks) is an opaque part, which only an exact
-rule or the bare `shell` rule allows. Imports bashlex lazily; runs nothing.
+command and process substitution, `sh -c` / `eval` / `trap` strings, and wrappers (`wrappers.py`: `env`,
+`xargs`, `unshare`, `find -exec`, ...) all yield their inner commands. What it cannot see through (a command
+name built at run time, a shell reading stdin or a process substitution, code bash takes from elsewhere:
+aliases, `BASH_ENV`, arithmetic on a variable's value, `evaluators.py`; syntax bashlex lacks) is an opaque
+part, which only an exact rule or the bare `shell` rule allows. Imports bashlex lazily; runs nothing.
 """
 
 from __future__ import annotations
@@ -15,42 +16,16 @@ from collections.abc import Iterator
 from typing import Any
 
 from fugu_cli.tools import Part
+from fugu_cli.tools.evaluators import BUILTINS, builtin, code_var, parameter_evaluates, shell
+from fugu_cli.tools.wrappers import WRAPPERS, Runs, unwrap
 
 _TWO_WORD = frozenset(
     "git npm pnpm yarn pip pip3 uv cargo make go poetry docker kubectl npx bun dotnet gh hatch pdm conda "
     "brew apt apt-get".split()
 )
-_SHELLS = frozenset("sh bash zsh dash ksh mksh ash busybox".split())
+_SHELLS = frozenset("sh bash zsh dash ksh mksh ash busybox rbash yash posh".split())
+_FOREIGN_SHELLS = frozenset("csh tcsh fish nu elvish xonsh".split())  # not bash's grammar: opaque
 _MAX_DEPTH = 6
-# wrapper -> options that take a value (so the word after them is not the wrapped command)
-_WRAPPERS: dict[str, frozenset[str]] = {
-    "command": frozenset(),
-    "builtin": frozenset(),
-    "exec": frozenset({"-a"}),
-    "nohup": frozenset(),
-    "setsid": frozenset(),
-    "time": frozenset({"-f", "-o", "--format", "--output"}),
-    "nice": frozenset({"-n", "--adjustment"}),
-    "ionice": frozenset({"-c", "-n", "-p", "-P", "-u", "--class", "--classdata"}),
-    "stdbuf": frozenset({"-i", "-o", "-e"}),
-    "sudo": frozenset({"-u", "-g", "-h", "-p", "-C", "-U", "-r", "-t", "-D", "--user", "--group"}),
-    "doas": frozenset({"-u", "-C"}),
-    "unbuffer": frozenset(),
-    "chronic": frozenset(),
-    "strace": frozenset({"-e", "-o", "-p", "-s", "-u", "-E", "-P", "-S", "-X", "-b", "-a", "-O", "-I"}),
-    "ltrace": frozenset({"-e", "-o", "-p", "-s", "-u", "-n", "-l", "-L", "-a"}),
-    "taskset": frozenset(),
-    "timeout": frozenset({"-s", "-k", "--signal", "--kill-after"}),
-    "xargs": frozenset(
-        {"-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s", "--arg-file", "--delimiter", "--max-args"}
-        | {"--max-procs", "--max-lines", "--max-chars", "--process-slot-var", "--replace", "--eof"}
-    ),
-    "env": frozenset({"-u", "-C", "-S", "--unset", "--chdir", "--split-string"}),
-    "flock": frozenset({"-w", "-E", "--timeout", "--conflict-exit-code"}),
-    "watch": frozenset({"-n", "--interval", "-d"}),
-}
-# how many positional words a wrapper takes before the wrapped command (timeout's DURATION, ...)
-_POSITIONAL = {"timeout": 1, "taskset": 1, "flock": 1}
 _HEREDOC = re.compile(r"<<(-?)[ \t]*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
 _STATIC_NAME = re.compile(r"[A-Za-z0-9_./+:@%-][A-Za-z0-9_./+:@%=,-]*")
 
@@ -103,8 +78,8 @@ def _script(text: str, depth: int) -> Iterator[Part]:
 def _strip_heredocs(text: str) -> tuple[str | None, int]:
     """`text` with here-document bodies removed (bashlex cannot parse quoted delimiters), and their count.
 
-    A body whose delimiter is unquoted is expanded by bash: one holding `$(` or a backquote makes the
-    whole line opaque (None).
+    A body whose delimiter is unquoted is expanded by bash: one holding `$(`, a backquote or arithmetic on
+    a variable's value makes the whole line opaque (None).
     """
     lines = text.split("\n")
     out: list[str] = []
@@ -116,7 +91,7 @@ def _strip_heredocs(text: str) -> tuple[str | None, int]:
             if (line.lstrip("\t") if dash else line) == delim:
                 pending.pop(0)
                 out.append(line)
-            elif not quoted and ("$(" in line or "`" in line):
+            elif not quoted and _expands_code(line):
                 return None, 0
             continue
         out.append(line)
@@ -126,6 +101,13 @@ def _strip_heredocs(text: str) -> tuple[str | None, int]:
     if pending:
         return None, 0
     return _HEREDOC.sub(lambda m: f"<<{m.group(1)}{m.group(3)}", "\n".join(out)), count
+
+
+def _expands_code(line: str) -> bool:
+    """Whether a line of an unquoted here-document runs code when bash expands it."""
+    if "$(" in line or "`" in line or "$[" in line:
+        return True
+    return any(parameter_evaluates(m.group(1)) for m in re.finditer(r"\$\{([^}]*)\}", line))
 
 
 def _count_heredocs(node: Any) -> int:
@@ -149,8 +131,8 @@ def _node(node: Any, text: str, depth: int) -> Iterator[Part]:
     if kind == "command":
         yield from _command(node, text, depth)
         return
-    if kind == "parameter" and ("$(" in node.value or "`" in node.value):
-        yield _opaque(text[node.pos[0] : node.pos[1]])  # ${X:-$(cmd)}: bashlex does not parse inside
+    if kind == "parameter" and ("$(" in node.value or "`" in node.value or parameter_evaluates(node.value)):
+        yield _opaque(text[node.pos[0] : node.pos[1]])  # ${X:-$(cmd)}, ${a[$i]}: code bashlex does not show
     for child in _children(node):
         yield from _node(child, text, depth)
 
@@ -159,7 +141,7 @@ def _command(node: Any, text: str, depth: int) -> Iterator[Part]:
     words: list[Any] = []
     for part in node.parts:
         if part.kind == "assignment":
-            yield Part("shell:env " + part.word.split("=", 1)[0])
+            yield _assignment(part.word.split("=", 1)[0])
         elif part.kind == "word":
             words.append(part)
         for child in _children(part):  # substitutions inside words, assignments and redirections
@@ -170,7 +152,73 @@ def _command(node: Any, text: str, depth: int) -> Iterator[Part]:
     if any(c.kind in ("commandsubstitution", "parameter", "processsubstitution") for c in _children(first)):
         yield _opaque(text[node.pos[0] : node.pos[1]])
         return
-    yield from _words([w.word for w in words], text[node.pos[0] : node.pos[1]], depth)
+    values = [_word(w, text) for w in words]
+    yield from _words(values, text[node.pos[0] : node.pos[1]], depth)
+
+
+def _word(node: Any, text: str) -> str:
+    """A word with its quotes removed as bash removes them (bashlex strips only the outermost pair, so
+    `'a'"b"'c'` would stay `a'"b"'c`); a word holding a substitution keeps bashlex's reading."""
+    raw = text[node.pos[0] : node.pos[1]]
+    if "$(" in raw or "`" in raw or "${" in raw:
+        return str(node.word)
+    out: list[str] = []
+    i = 0
+    while i < len(raw):
+        c = raw[i]
+        if c == "\\":
+            out.append(raw[i + 1 : i + 2] if raw[i + 1 : i + 2] != "\n" else "")
+            i += 2
+        elif c == "'" or raw.startswith("$'", i):
+            start = i + (2 if c == "$" else 1)
+            end = _closing_quote(raw, start)
+            body = raw[start:end]
+            out.append(_ansi_c(body) if c == "$" else body)
+            i = end + 1
+        elif c == '"' or raw.startswith('$"', i):
+            i += 2 if c == "$" else 1
+            while i < len(raw) and raw[i] != '"':
+                if raw[i] == "\\" and raw[i + 1 : i + 2] in ('"', "\\", "$", "`", "\n"):
+                    out.append(raw[i + 1] if raw[i + 1] != "\n" else "")
+                    i += 2
+                else:
+                    out.append(raw[i])
+                    i += 1
+            i += 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _closing_quote(raw: str, start: int) -> int:
+    """Where the single quote opened before `start` closes (in `$'...'` a backslash escapes one)."""
+    ansi = start >= 2 and raw[start - 2] == "$"
+    i = start
+    while i < len(raw) and raw[i] != "'":
+        i += 2 if ansi and raw[i] == "\\" else 1
+    return min(i, len(raw))
+
+
+_ANSI_ESCAPES = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+_ANSI_ESCAPES |= {"v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
+
+
+def _ansi_c(body: str) -> str:
+    """The text of bash's `$'...'`: backslash escapes, octal, hex and unicode code points."""
+
+    def one(m: re.Match[str]) -> str:
+        esc = m.group(1)
+        if esc[0] in "xuU":
+            return chr(int(esc[1:], 16)) if len(esc) > 1 else "\\" + esc
+        if esc[0] in "01234567":
+            return chr(int(esc, 8) & 0xFF)
+        if esc[0] == "c":
+            return chr(ord(esc[1:2] or "@") & 0x1F)
+        return _ANSI_ESCAPES.get(esc, "\\" + esc)
+
+    pattern = r"\\(x[0-9A-Fa-f]{0,2}|u[0-9A-Fa-f]{0,4}|U[0-9A-Fa-f]{0,8}|[0-7]{1,3}|c.?|.)"
+    return re.sub(pattern, one, body, flags=re.S)
 
 
 def _words(words: list[str], text: str, depth: int, placeholder: str | None = None) -> Iterator[Part]:
@@ -185,53 +233,33 @@ def _words(words: list[str], text: str, depth: int, placeholder: str | None = No
     base = os.path.basename(name)
     if base in _SHELLS:
         yield from _shell(words, text, depth, placeholder)
+    elif base in _FOREIGN_SHELLS:
+        yield Part(prefix_of(words))
+        yield _opaque(text)
     elif base == "eval":
         yield Part("shell:eval")
         yield from _script(" ".join(words[1:]), depth + 1)
     elif base == "find":
         yield from _find(words, text, depth)
-    elif base in _WRAPPERS:
-        yield from _wrapper(base, words, text, depth, placeholder)
+    elif base in WRAPPERS:
+        yield from _wrapper(words, text, depth, placeholder)
+    elif name in BUILTINS:
+        yield Part(prefix_of(words))
+        yield from _runs(builtin(words), text, depth, placeholder)
     else:
         yield Part(prefix_of(words))
 
 
 def _shell(words: list[str], text: str, depth: int, placeholder: str | None) -> Iterator[Part]:
-    """`sh -c STRING` is analysed as a script; a script file is the shell's own part; stdin is opaque.
-
-    Any option cluster with a `c` makes the next non-option word the script, wherever it stands: reading
-    too much text as commands only adds parts, reading too little would hide one.
-    """
+    """`sh -c STRING` is analysed as a script; a script file is the shell's own part; stdin is opaque."""
     yield Part(prefix_of(words))
-    rest = words[1:]
     if os.path.basename(words[0]) == "busybox":
-        yield from _words(rest, text, depth + 1, placeholder)
+        yield from _words(words[1:], text, depth + 1, placeholder)
         return
-    short = [w for w in rest if w.startswith("-") and not w.startswith("--") and len(w) > 1]
-    if any("s" in w[1:] for w in short):
-        yield _opaque(text)  # -s: commands from stdin
-        return
-    takes_arg = {"-o", "+o", "-O", "+O", "--rcfile", "--init-file"}
-    skip = False
-    seen_c = False
-    operands: list[str] = []
-    for word in rest:
-        if skip:
-            skip = False
-        elif word in takes_arg or (word[:1] in "-+" and not word.startswith("--") and word[-1:] in "oO"):
-            skip = True
-            seen_c = seen_c or ("c" in word[1:] and not word.startswith("--"))
-        elif word[:1] in "-+" and len(word) > 1:
-            seen_c = seen_c or ("c" in word[1:] and not word.startswith("--"))
-        else:
-            operands.append(word)
-    if seen_c and operands:
-        if placeholder and placeholder in operands[0]:
-            yield _opaque(text)
-        else:
-            yield from _script(operands[0], depth + 1)
-    elif not operands:
-        yield _opaque(text)  # no -c string and no file: commands come from stdin
+    runs = shell(words)
+    if placeholder and not runs.scripts and any(placeholder in w for w in words[1:]):
+        yield _opaque(text)  # the script file is xargs' or find's input
+    yield from _runs(runs, text, depth, placeholder)
 
 
 def _find(words: list[str], text: str, depth: int) -> Iterator[Part]:
@@ -250,45 +278,27 @@ def _find(words: list[str], text: str, depth: int) -> Iterator[Part]:
         i += 1
 
 
-def _wrapper(base: str, words: list[str], text: str, depth: int, placeholder: str | None) -> Iterator[Part]:
+def _wrapper(words: list[str], text: str, depth: int, placeholder: str | None) -> Iterator[Part]:
     yield Part(prefix_of(words))
-    takes_value = _WRAPPERS[base]
-    positional = _POSITIONAL.get(base, 0)
-    rest = words[1:]
-    i = 0
-    while i < len(rest):
-        word = rest[i]
-        if base == "env" and "=" in word and not word.startswith("-"):
-            yield Part("shell:env " + word.split("=", 1)[0])
-        elif base == "env" and (word in ("-S", "--split-string") or word.startswith("--split-string=")):
-            script = word.partition("=")[2] or (rest[i + 1] if i + 1 < len(rest) else "")
-            yield from _script(script + " " + " ".join(rest[i + 2 :]), depth + 1)
-            return
-        elif base == "command" and word in ("-v", "-V"):
-            return  # only looks the name up
-        elif base == "xargs" and (word.startswith(("-I", "--replace")) or word == "-i"):
-            if word == "-I":
-                placeholder = rest[i + 1] if i + 1 < len(rest) else "{}"
-                i += 1
-            elif word.startswith("-I"):
-                placeholder = word[2:]
-            else:
-                placeholder = word.partition("=")[2] or "{}"
-        elif word == "--":
-            i += 1
-            break
-        elif word.startswith("-") and word != "-":
-            if word in takes_value:
-                i += 1
-        elif positional > 0:
-            positional -= 1
-        else:
-            break
-        i += 1
-    inner = rest[i:]
-    if base == "watch" and inner:
-        yield from _script(" ".join(inner), depth + 1)
-    elif base == "flock" and inner[:1] == ["-c"]:
-        yield from _script(" ".join(inner[1:]), depth + 1)
-    elif inner:
-        yield from _words(inner, text, depth + 1, placeholder)
+    for reading in unwrap(words):
+        yield from _runs(reading, text, depth, placeholder)
+
+
+def _runs(runs: Runs, text: str, depth: int, placeholder: str | None) -> Iterator[Part]:
+    """The parts of what a wrapper, a builtin or a shell would run besides itself."""
+    for name in runs.assigns:
+        yield _assignment(name)
+    for script in runs.scripts:
+        if placeholder and placeholder in script:
+            yield _opaque(text)
+        elif script.strip():
+            yield from _script(script, depth + 1)
+    if runs.opaque:
+        yield _opaque(text)
+    if runs.command:
+        yield from _words(list(runs.command), text, depth + 1, runs.placeholder or placeholder)
+
+
+def _assignment(name: str) -> Part:
+    """`NAME=...` before a command (or through env/export): a variable bash runs as code is opaque."""
+    return Part("shell:env " + name, opaque=code_var(name))

@@ -58,7 +58,8 @@ def workflow_line(event: Event) -> str | None:
     if isinstance(event, WorkflowPlanned):
         inner = f" for step {event.parent_step}" if event.parent_step is not None else ""
         n = len(event.steps)
-        rows = [f"◆ workflow {event.workflow}{inner} ({event.source}, {n} step{'' if n == 1 else 's'})"]
+        by = f"{event.source}: {event.conductor}" if event.conductor else event.source
+        rows = [f"◆ workflow {event.workflow}{inner} ({by}, {n} step{'' if n == 1 else 's'})"]
         for s in event.steps:
             access = f" ← {', '.join(map(str, s['access']))}" if s["access"] else ""
             rows.append(f"  {s['step']}. {s['worker']}{access}: {' '.join(str(s['subtask']).split())[:100]}")

@@ -1,7 +1,7 @@
 """An MCP server written for the tests with the SDK's MCPServer: `python notes_server.py` serves stdio,
 `python notes_server.py --http PORT` streamable HTTP on 127.0.0.1. Tools that add, look up, report what the
-server can see (its environment, its folder, the caller's Authorization header), return a picture and
-crash; a prompt; a resource.
+server can see (its environment, its folder, the caller's Authorization header), answer with megabytes,
+return a picture, hang and crash; a prompt; a resource.
 """
 
 from __future__ import annotations
@@ -65,6 +65,28 @@ PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQG
 def crash() -> str:
     """Exit the server at once."""
     os._exit(3)
+
+
+@server.tool()
+def big(megabytes: float) -> str:
+    """A text answer of this many megabytes (numbered lines, so the kept output can be checked)."""
+    size = int(megabytes * 1024 * 1024)
+    lines, total, i = [], 0, 0
+    while total < size:
+        line = f"line {i} " + "x" * 60
+        lines.append(line)
+        total += len(line) + 1
+        i += 1
+    return "\n".join(lines)
+
+
+@server.tool()
+def hang(seconds: float) -> str:
+    """Sleep this long before answering."""
+    import time
+
+    time.sleep(seconds)
+    return f"slept {seconds}"
 
 
 @server.prompt()

@@ -34,15 +34,32 @@ def _session(tmp_path: Path, llm: ScriptedLLM, **opts: Any) -> Session:
     return build_session(RunOptions(cwd=repo, pool=str(pool), permission_mode="full-auto", **opts), llm=llm)
 
 
+def _descends_from_us(pid: str) -> bool:
+    """Whether process PID is this test process or one of its descendants (other pytest workers run the
+    same server at the same time, and their servers are not this session's)."""
+    me = str(os.getpid())
+    for _ in range(64):
+        if pid == me:
+            return True
+        try:
+            stat = (Path("/proc") / pid / "stat").read_text()
+        except OSError:
+            return False
+        pid = stat.rsplit(")", 1)[1].split()[1]  # the field after the state is the parent's pid
+        if pid in ("0", "1"):
+            return False
+    return False
+
+
 def _servers_running() -> list[str]:
-    """Command lines of live processes running notes_server.py."""
+    """Command lines of live processes, started by this test process, running notes_server.py."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if NOTES in cmdline and "bwrap" not in cmdline:
+        if NOTES in cmdline and "bwrap" not in cmdline and _descends_from_us(entry.name):
             found.append(cmdline)
     return found
 

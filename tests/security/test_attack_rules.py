@@ -111,3 +111,53 @@ def test_generated_wrappings_never_delete(repo: Path, call: Call, deny_rm: ToolC
     result = call("shell", ctx=deny_rm, command=command)
     assert result.denied, (command, result.content)
     assert (repo / "victim.txt").exists(), command
+
+
+# --- issue 22, item 7: forms the rules could not read. Each deletes the file when no rule stops it (so the
+# form is live, in this sandbox, through the real shell tool), and is refused under `deny = ["shell:rm"]`.
+_HIDE = "x=$(printf 'a[$%s]' '(rm victim.txt)')"  # a string bash evaluates as code; no `$(rm` in the line
+_UNSEEN = [
+    "bash <(echo rm victim.txt)",
+    "sh /dev/stdin <<< 'rm victim.txt'",
+    "env -S'rm victim.txt'",
+    "trap 'rm victim.txt' EXIT",
+    "shopt -s expand_aliases; alias x=rm\nx victim.txt",
+    "sh -c 'alias x=rm\nx victim.txt'",
+    "echo 'rm victim.txt' > e; BASH_ENV=e bash -c true",
+    "script -qc 'rm victim.txt' /dev/null",
+    "chrt -o 0 rm victim.txt",
+    "prlimit --nofile=100 rm victim.txt",
+    "setpriv --nnp rm victim.txt",
+    "unshare -U rm victim.txt",
+    "unshare -r rm victim.txt",
+    # the same kinds, found while closing those
+    "echo 'rm victim.txt' | bash -",
+    "bash /proc/self/fd/0 <<< 'rm victim.txt'",
+    ". <(echo rm victim.txt)",
+    "echo 'rm victim.txt' | unshare -U",
+    "BASH_ENV=<(echo rm victim.txt) bash -c true",
+    "declare -x BASH_ENV=e; echo 'rm victim.txt' > e; bash -c true",
+    "env 'BASH_FUNC_ls%%=() { rm victim.txt; }' bash -c ls",
+    "PS4='$(rm victim.txt)'; set -x; true",
+    "hash -p /bin/rm ls; ls victim.txt",
+    "compgen -C 'rm victim.txt' x",
+    "mapfile -C 'rm victim.txt; :' -c 1 a <<< x",
+    "setarch x86_64 rm victim.txt",
+    f"{_HIDE}; let x",
+    f"{_HIDE}; echo ${{!x}}",
+    f"{_HIDE}; a=(1); echo ${{a[x]}}",
+    f'{_HIDE}; test -v "$x"',
+]
+
+
+@pytest.mark.parametrize("command", _UNSEEN)
+def test_a_form_rules_cannot_read_is_refused_under_a_deny_rule(
+    repo: Path, call: Call, deny_rm: ToolContext, make_ctx: Callable[..., ToolContext], command: str
+) -> None:
+    victim = repo / "victim.txt"
+    victim.write_text("keep me\n")
+    result = call("shell", ctx=deny_rm, command=command)
+    assert result.denied, result.content
+    assert victim.read_text() == "keep me\n"
+    free = call("shell", ctx=make_ctx(policy=PermissionPolicy(mode="full-auto")), command=command)
+    assert not victim.exists(), free.content  # with no rule it does delete: the form is live

@@ -211,7 +211,7 @@ def test_ultra_on_renders_the_workflow_and_memory_shows_what_it_learned(tmp_path
     result = ctx.session.run_turn("does the test pass?", renderer.on_event)
     shown = ctx.out.getvalue()[start:]
     assert result.status == "success"
-    assert "◆ workflow 1 (conductor, 1 step)\n  0. beta: Run the test." in shown
+    assert "◆ workflow 1 (conductor: prompted conductor alpha, 1 step)\n  0. beta: Run the test." in shown
     assert "▸ step 0 · beta started" in shown
     assert "  [0] beta ▸ $ python3 test_calc.py  exit 1" in shown
     assert "✓ step 0 · beta · success" in shown

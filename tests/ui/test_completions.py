@@ -55,7 +55,19 @@ def complete(*words: str) -> list[str]:
     [
         (
             ("",),
-            ["pool", "doctor", "completion", "demo", "eval", "serve", "acp", "sessions", "router", "mcp"],
+            [
+                "pool",
+                "doctor",
+                "completion",
+                "demo",
+                "eval",
+                "serve",
+                "acp",
+                "sessions",
+                "router",
+                "conductor",
+                "mcp",
+            ],
         ),
         (("mcp", ""), ["list"]),
         (("mcp", "list", "--"), ["--json", "--trust-project", "--help"]),
@@ -121,7 +133,7 @@ def test_zsh_completes_subcommands_options_and_choices() -> None:
     assert zsh_complete("")[:3] == ["pool", "doctor", "completion"]
     assert {"--permission-mode", "--permission-prompt-tool"} <= set(zsh_complete("--perm"))
     assert zsh_complete("--permission-mode", "")[:4] == ["ask", "auto-edit", "full-auto", "read-only"]
-    assert zsh_complete("sessions", "") == ["show"]
+    assert zsh_complete("sessions", "") == ["show", "export"]
     assert zsh_complete("--pool", "") == ["<files>"]
 
 
@@ -130,7 +142,7 @@ def test_fish_completes_subcommands_options_and_choices() -> None:
     assert {"pool", "doctor", "sessions", "router"} <= set(fish_complete("fugu "))
     assert fish_complete("fugu --perm") == ["--permission-mode", "--permission-prompt-tool"]
     assert "acceptEdits" in fish_complete("fugu --permission-mode ")
-    assert fish_complete("fugu sessions ") == ["show"]
+    assert sorted(fish_complete("fugu sessions ")) == ["export", "show"]
 
 
 def test_the_installed_command_prints_the_shipped_scripts() -> None:

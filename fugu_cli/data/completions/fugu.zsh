@@ -15,30 +15,33 @@ _fugu() {
             '|acp') sub='acp' ;;
             '|sessions') sub='sessions' ;;
             '|router') sub='router' ;;
+            '|conductor') sub='conductor' ;;
             '|mcp') sub='mcp' ;;
             'sessions|show') sub='sessions show' ;;
             'sessions|export') sub='sessions export' ;;
             'router|info') sub='router info' ;;
             'router|train') sub='router train' ;;
             'router|eval') sub='router eval' ;;
+            'conductor|train') sub='conductor train' ;;
+            'conductor|eval') sub='conductor eval' ;;
             'mcp|list') sub='mcp list' ;;
         esac
     done
     case "$sub|$prev" in
-        '|--output-format') return ;;
+        '|--output-format') compadd -- text json stream-json; return ;;
         '|--max-turns') return ;;
         '|--max-budget-usd') return ;;
         '|--worker') return ;;
         '|--model') return ;;
         '|--pool') _files; return ;;
-        '|--permission-mode') return ;;
+        '|--permission-mode') compadd -- ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan dontAsk; return ;;
         '|--allowedTools'|'|--allowed-tools') return ;;
         '|--disallowedTools'|'|--disallowed-tools') return ;;
         '|--tools') return ;;
         '|--system-prompt') return ;;
         '|--system-prompt-file') return ;;
         '|--append-system-prompt') return ;;
-        '|--input-format') return ;;
+        '|--input-format') compadd -- text stream-json; return ;;
         '|--permission-prompt-tool') return ;;
         '|--resume'|'|-r') return ;;
         '|--router') _files; return ;;
@@ -64,18 +67,20 @@ _fugu() {
         'serve|--host') return ;;
         'serve|--port') return ;;
         'serve|--pool') _files; return ;;
-        'serve|--permission-mode') return ;;
+        'serve|--permission-mode') compadd -- ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan dontAsk; return ;;
         'serve|--api-key') return ;;
         'serve|--api-key-env') return ;;
         'serve|--cors-origin') return ;;
+        'serve|--header-timeout') return ;;
+        'serve|--body-timeout') return ;;
         'acp|--pool') _files; return ;;
         'acp|--worker') return ;;
         'acp|--router') _files; return ;;
-        'acp|--permission-mode') return ;;
+        'acp|--permission-mode') compadd -- ask auto-edit full-auto read-only default acceptEdits bypassPermissions plan dontAsk; return ;;
         'acp|--max-turns') return ;;
         'acp|--max-budget-usd') return ;;
         'sessions|--limit'|'sessions|-n') return ;;
-        'sessions export|--format'|'sessions export|-f') return ;;
+        'sessions export|--format'|'sessions export|-f') compadd -- md json html; return ;;
         'sessions export|--output'|'sessions export|-o') return ;;
         'router info|--pool') _files; return ;;
         'router train|--data') _files; return ;;
@@ -101,11 +106,44 @@ _fugu() {
         'router eval|--train-data') return ;;
         'router eval|--prices') return ;;
         'router eval|--lambdas') return ;;
+        'conductor train|--base') return ;;
+        'conductor train|--out') return ;;
+        'conductor train|--data') _files; return ;;
+        'conductor train|--steps') return ;;
+        'conductor train|--group') return ;;
+        'conductor train|--prompts-per-step') return ;;
+        'conductor train|--lr') return ;;
+        'conductor train|--completion-tokens') return ;;
+        'conductor train|--lora-rank') return ;;
+        'conductor train|--sft-steps') return ;;
+        'conductor train|--sft-lr') return ;;
+        'conductor train|--beta') return ;;
+        'conductor train|--lambda') return ;;
+        'conductor train|--carry-accuracy') return ;;
+        'conductor train|--max-depth') return ;;
+        'conductor train|--split') return ;;
+        'conductor train|--min-workers') return ;;
+        'conductor train|--max-workers') return ;;
+        'conductor train|--env') return ;;
+        'conductor train|--suite') return ;;
+        'conductor train|--pool') _files; return ;;
+        'conductor train|--seed') return ;;
+        'conductor train|--device') return ;;
+        'conductor train|--threads') return ;;
+        'conductor eval|--data') _files; return ;;
+        'conductor eval|--conductor') return ;;
+        'conductor eval|--lambda') return ;;
+        'conductor eval|--subset') return ;;
+        'conductor eval|--best-of') return ;;
+        'conductor eval|--limit') return ;;
+        'conductor eval|--seed') return ;;
+        'conductor eval|--device') return ;;
+        'conductor eval|--threads') return ;;
     esac
     local -a items
     case "$sub" in
         '')
-            if [[ "$cur" == -* ]]; then items=('-p:Run the task non-interactively and exit.' '--print:Run the task non-interactively and exit.' '--output-format:text, json (one object) or stream-json (a line per event).' '--max-turns:Most steps per task.' '--max-budget-usd:Stop when the task has cost this much.' '--worker:Force this worker for every step.' '--model:Force a worker by name or litellm model id; auto: the router picks.' '--pool:A TOML file of [[workers]].' '--permission-mode:ask, auto-edit, full-auto or read-only (or Claude Code'\''s default, acceptEdits, bypassPermissions, plan, dontAsk).' '--allowedTools:Allow these without asking: Bash(git status:*),Edit.' '--allowed-tools:Allow these without asking: Bash(git status:*),Edit.' '--disallowedTools:Refuse these: Bash(rm:*),Write.' '--disallowed-tools:Refuse these: Bash(rm:*),Write.' '--tools:The only tools the workers see (default: all; '\'''\'': none).' '--system-prompt:Replace fugu'\''s instructions to the workers.' '--system-prompt-file:Replace them with this file'\''s text.' '--append-system-prompt:Add this to fugu'\''s instructions.' '--input-format:text, or stream-json: user messages as JSON lines on stdin.' '--permission-prompt-tool:stdio (with --input-format stream-json): ask the client before edits and commands.' '--include-partial-messages:stream-json: also send the workers'\'' text as it comes.' '--yes:Allow edits and commands (same as full-auto).' '-y:Allow edits and commands (same as full-auto).' '--continue:Continue the last session here.' '-c:Continue the last session here.' '--resume:Resume the session with this id.' '-r:Resume the session with this id.' '--router:A router checkpoint directory, '\''default'\'' or '\''prior'\''.' '--cost-weight:λ in reward per US dollar (default: the router checkpoint'\''s own).' '--ultra:Let a conductor plan a multi-worker workflow.' '--plan:Run this workflow file (ultra mode).' '--verbose:Show route decisions and tool calls on stderr.' '--trust-project:Obey this repository'\''s own files in full: .fugu/config.toml (workers, permissions), .mcp.json and hooks.' '--debug:Also print fugu'\''s log (kept in FUGU_HOME/logs) on stderr.' '--no-repo-map:Give the workers no repository map at each turn.' '--mcp-config:MCP servers from a file or JSON string: {"mcpServers": {...}}.' '--strict-mcp-config:Use only the MCP servers of --mcp-config.' '--add-dir:Let the tools reach this folder beside the repository (repeatable).' '--image:Send this picture with the task, to a worker that sees images (repeatable).' '--version:Print the version and exit.' '--help:Show this message and exit.'); else items=('pool:List the workers: usable or not (and why), model, price, window, and any cool-down after failing.' 'doctor:Check this machine and folder: versions, keys, usable workers, the router a session would use.' 'completion:Print the shell completion script (where to put it: README.md, Shell completions).' 'demo:Replay a recorded multi-worker session offline: see fugu work without a key.' 'eval:Run a task suite per worker and per mode, score each run by the task'\''s check, and store the rewards that router training learns from. Without --worker/--mode: every usable worker and fugu.' 'serve:Serve an OpenAI-compatible endpoint: fugu (router-only pass-through), fugu-agent, fugu-ultra, fugu/<worker>.' 'acp:Serve the Agent Client Protocol on stdin/stdout: fugu as the agent of an editor (Zed, JetBrains).' 'sessions:List and inspect past sessions.' 'router:Inspect, train and judge routers.' 'mcp:The MCP servers a session here gets.'); fi ;;
+            if [[ "$cur" == -* ]]; then items=('-p:Run the task non-interactively and exit.' '--print:Run the task non-interactively and exit.' '--output-format:text, json (one object) or stream-json (a line per event).' '--max-turns:Most steps per task.' '--max-budget-usd:Stop when the task has cost this much.' '--worker:Force this worker for every step.' '--model:Force a worker by name or litellm model id; auto: the router picks.' '--pool:A TOML file of [[workers]].' '--permission-mode:ask, auto-edit, full-auto or read-only (or Claude Code'\''s default, acceptEdits, bypassPermissions, plan, dontAsk).' '--allowedTools:Allow these without asking: Bash(git status:*),Edit.' '--allowed-tools:Allow these without asking: Bash(git status:*),Edit.' '--disallowedTools:Refuse these: Bash(rm:*),Write.' '--disallowed-tools:Refuse these: Bash(rm:*),Write.' '--tools:The only tools the workers see (default: all; '\'''\'': none).' '--system-prompt:Replace fugu'\''s instructions to the workers.' '--system-prompt-file:Replace them with this file'\''s text.' '--append-system-prompt:Add this to fugu'\''s instructions.' '--input-format:text, or stream-json: user messages as JSON lines on stdin.' '--permission-prompt-tool:stdio (with --input-format stream-json): ask the client before edits and commands.' '--include-partial-messages:stream-json: also send the workers'\'' text as it comes.' '--yes:Allow edits and commands (same as full-auto).' '-y:Allow edits and commands (same as full-auto).' '--continue:Continue the last session here.' '-c:Continue the last session here.' '--resume:Resume the session with this id.' '-r:Resume the session with this id.' '--router:A router checkpoint directory, '\''default'\'' or '\''prior'\''.' '--cost-weight:λ in reward per US dollar (default: the router checkpoint'\''s own).' '--ultra:Let a conductor plan a multi-worker workflow.' '--plan:Run this workflow file (ultra mode).' '--verbose:Show route decisions and tool calls on stderr.' '--trust-project:Obey this repository'\''s own files in full: .fugu/config.toml (workers, permissions), .mcp.json and hooks.' '--debug:Also print fugu'\''s log (kept in FUGU_HOME/logs) on stderr.' '--no-repo-map:Give the workers no repository map at each turn.' '--mcp-config:MCP servers from a file or JSON string: {"mcpServers": {...}}.' '--strict-mcp-config:Use only the MCP servers of --mcp-config.' '--add-dir:Let the tools reach this folder beside the repository (repeatable).' '--image:Send this picture with the task, to a worker that sees images (repeatable).' '--version:Print the version and exit.' '--help:Show this message and exit.'); else items=('pool:List the workers: usable or not (and why), model, price, window, and any cool-down after failing.' 'doctor:Check this machine and folder: versions, keys, usable workers, the router a session would use.' 'completion:Print the shell completion script (where to put it: README.md, Shell completions).' 'demo:Replay a recorded multi-worker session offline: see fugu work without a key.' 'eval:Run a task suite per worker and per mode, score each run by the task'\''s check, and store the rewards that router training learns from. Without --worker/--mode: every usable worker and fugu.' 'serve:Serve an OpenAI-compatible endpoint: fugu (router-only pass-through), fugu-agent, fugu-ultra, fugu/<worker>.' 'acp:Serve the Agent Client Protocol on stdin/stdout: fugu as the agent of an editor (Zed, JetBrains).' 'sessions:List and inspect past sessions.' 'router:Inspect, train and judge routers.' 'conductor:Train and judge a conductor model (ultra mode).' 'mcp:The MCP servers a session here gets.'); fi ;;
         'pool')
             if [[ "$cur" == -* ]]; then items=('--pool:A TOML file of [[workers]].' '--json:Print JSON.' '--reset-health:Forget recent failures: no worker is cooling down.' '--help:Show this message and exit.'); else items=(); fi ;;
         'doctor')
@@ -117,7 +155,7 @@ _fugu() {
         'eval')
             if [[ "$cur" == -* ]]; then items=('--worker:Evaluate this worker alone (repeatable).' '--mode:fugu (the router picks) or ultra (repeatable).' '--repeats:Runs per task and arm.' '--parallel:Runs at once (default 2; with Ray: the cluster'\''s CPUs).' '--task:Only tasks whose id matches this glob (repeatable).' '--executor:local (threads here) or ray (a Ray cluster).' '--ray-address:A Ray cluster to join (auto, ray://HOST:10001); none: start one.' '--pool:A TOML file of [[workers]].' '--router:A router checkpoint for the fugu arm, or '\''prior'\''.' '--max-turns:Most steps per run.' '--max-budget-usd:Stop a run when it has cost this much.' '--json:Print the report as one JSON object.' '--keep:Keep each run'\''s task repo.' '--help:Show this message and exit.'); else items=(); fi ;;
         'serve')
-            if [[ "$cur" == -* ]]; then items=('--host:Address to listen on (loopback only by default).' '--port:Port (0: any free one).' '--pool:A TOML file of [[workers]].' '--permission-mode:What the agent'\''s tools may do: read-only (default), auto-edit, full-auto; ask refuses.' '--api-key:Require this bearer token.' '--api-key-env:Require the bearer token held in variable VAR.' '--cors-origin:Let web pages from ORIGIN call (repeatable).' '--help:Show this message and exit.'); else items=(); fi ;;
+            if [[ "$cur" == -* ]]; then items=('--host:Address to listen on (loopback only by default).' '--port:Port (0: any free one).' '--pool:A TOML file of [[workers]].' '--permission-mode:What the agent'\''s tools may do: read-only (default), auto-edit, full-auto; ask refuses.' '--api-key:Require this bearer token.' '--api-key-env:Require the bearer token held in variable VAR.' '--cors-origin:Let web pages from ORIGIN call (repeatable).' '--header-timeout:Close a connection whose request head is late.' '--body-timeout:Answer 408 to a request body this late.' '--help:Show this message and exit.'); else items=(); fi ;;
         'acp')
             if [[ "$cur" == -* ]]; then items=('--pool:A TOML file of [[workers]].' '--worker:Force this worker for every step.' '--router:A router checkpoint directory, '\''default'\'' or '\''prior'\''.' '--permission-mode:The sessions'\'' starting mode (default ask: the editor asks).' '--max-turns:Most steps per prompt.' '--max-budget-usd:Stop a prompt when it has cost this much.' '--trust-project:Obey the repositories'\'' own .fugu/config.toml in full.' '--debug:Also print fugu'\''s log on stderr.' '--help:Show this message and exit.'); else items=(); fi ;;
         'sessions')
@@ -134,6 +172,12 @@ _fugu() {
             if [[ "$cur" == -* ]]; then items=('--data:A data set folder (dataset.toml), or a fugu store; repeat to stack sets.' '--out:The checkpoint directory to write.' '--stage:sft, es or both.' '--split:given[:LABEL] | kfold:K:SEED:FOLD | tasks:A,B | all (default: given, or kfold:5:0:0).' '--tau:Temperature of the soft targets (default: chosen from 0.05, 0.1, 0.2).' '--svf:SVF targets, e.g. last:1; empty: head only.' '--generations:sep-CMA-ES generations.' '--lambda:λ in reward per USD: every stage maximises normalised reward − λ × cost (USD a prompt).' '--seed:' '--threads:' '--store:--data is a fugu store (fugu eval'\''s outcomes).' '--prices:CSV model,input_price_per_mtok,output_price_per_mtok for data without cost.' '--processes:Processes for embedding and stage 2 (1: this one).' '--executor:local (--processes here) or ray: embedding and stage 2 on Ray.' '--ray-address:A Ray cluster to join (auto, ray://HOST:10001); none: start one.' '--help:Show this message and exit.'); else items=(); fi ;;
         'router eval')
             if [[ "$cur" == -* ]]; then items=('--data:A data set folder (dataset.toml), or a fugu store.' '--router:The checkpoint to judge.' '--split:Judge only this part (default: all rows; the held-out part if it trained on this set).' '--k:Neighbours of the kNN baseline.' '--json:Print the figures as one JSON object.' '--plot:Write the reward–cost curves to a PNG.' '--threads:' '--store:--data is a fugu store.' '--train-data:Fit the baselines on this (default: the checkpoint'\''s training data).' '--allow-train-rows:Judge rows the checkpoint trained on too.' '--skip-train-rows:Leave out rows the checkpoint trained on.' '--prices:Price list CSV for a data set without cost.' '--lambdas:Comma-separated λ values to sweep (reward per USD).' '--help:Show this message and exit.'); else items=(); fi ;;
+        'conductor')
+            if [[ "$cur" == -* ]]; then items=('--help:Show this message and exit.'); else items=('train:Train a conductor with GRPO (TRL): a warm start on valid workflows, then workflows sampled per prompt, run in the environment, rewarded 0 / 0.5 / 1 − λ·USD against their group.' 'eval:Judge a conductor on prompts it never trained on, by replay, beside the baselines: best single, best-of-N with a judge, cheap-first cascade, fixed templates, random workflows, oracle.'); fi ;;
+        'conductor train')
+            if [[ "$cur" == -* ]]; then items=('--base:A local Hugging Face causal-LM folder to start from.' '--out:The folder to write the trained conductor to.' '--data:An outcome folder (dataset.toml) to replay workflows on.' '--steps:GRPO steps.' '--group:Workflows sampled per prompt.' '--prompts-per-step:' '--lr:GRPO learning rate.' '--completion-tokens:' '--lora-rank:LoRA rank; 0: full fine-tune.' '--sft-steps:Warm-start steps (0: none).' '--sft-lr:' '--beta:KL weight toward the base (0: none).' '--lambda:λ: reward per USD spent.' '--carry-accuracy:Replay: P(a step carries a right answer it sees).' '--max-depth:Recursion depth (0: none).' '--split:given[:LABEL] | kfold:K:SEED:FOLD | tasks:A,B | all.' '--min-workers:Smallest pool subset shown.' '--max-workers:Largest pool subset shown.' '--env:replay (an outcome folder) or live (a suite).' '--suite:live: the suite to run (e.g. pyfix).' '--pool:live: a TOML file of [[workers]].' '--seed:' '--device:auto, cpu or cuda.' '--bf16:bfloat16 training (GPU).' '--threads:CPU threads for torch.' '--help:Show this message and exit.'); else items=(); fi ;;
+        'conductor eval')
+            if [[ "$cur" == -* ]]; then items=('--data:An outcome folder (dataset.toml) to judge on.' '--conductor:A trained conductor (or any causal-LM folder).' '--json:Print the report as one JSON object.' '--lambda:λ (default: the conductor'\''s).' '--subset:Show each prompt this many random workers.' '--best-of:N of best-of-N and of the cascade.' '--limit:Judge only the first N prompts.' '--seed:' '--device:auto, cpu or cuda.' '--threads:CPU threads for torch.' '--help:Show this message and exit.'); else items=(); fi ;;
         'mcp')
             if [[ "$cur" == -* ]]; then items=('--help:Show this message and exit.'); else items=('list:Start each MCP server once and show where it comes from, its status, tools and prompts.'); fi ;;
         'mcp list')
