@@ -90,8 +90,8 @@ def host_allowed(inv: Invocation, url: str, hops: list[str] | None = None) -> No
     gate = inv
     if private:  # full-auto and a bare "web" rule do not cover a private address: [web] allow, a rule
         # naming the host (an "always") or a yes does
-        policy = inv.ctx.policy
-        ask = dataclasses.replace(policy, mode="ask", allow=tuple(r for r in policy.allow if r != "web"))
+        rules = inv.ctx.policy
+        ask = dataclasses.replace(rules, mode="ask", allow=tuple(r for r in rules.allow if r != "web"))
         gate = dataclasses.replace(inv, ctx=dataclasses.replace(inv.ctx, policy=ask))
     where = " (a private address)" if private else ""
     gate.gate([Part(f"web:{host}")], f"fetch {url}{via}{where}", url)

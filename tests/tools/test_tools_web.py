@@ -230,3 +230,23 @@ def test_an_untrusted_repository_may_deny_hosts_but_not_allow_them_or_pick_a_sea
     assert config.web.allow == [] and config.web.deny == ["tracker.example"] and config.web.search is None
     assert config.checks.after_edit == []
     assert {"web.allow", "web.search", "checks"} <= set(config.ignored)
+
+
+def test_a_server_that_is_not_there_is_an_error_the_model_reads(make_ctx: Callable[..., ToolContext]) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    result = fetch(make_ctx, WebPolicy(allow=("127.0.0.1",), timeout_s=10), url=f"http://127.0.0.1:{port}/")
+    assert result.is_error and "ConnectError" in result.content and "refused" in result.content
+
+
+def test_a_bare_web_rule_does_not_cover_a_private_address_but_one_naming_it_does(
+    pages: PageServer, make_ctx: Callable[..., ToolContext]
+) -> None:
+    url = pages.html("/x", "<p>private page</p>")
+    bare = {"policy": PermissionPolicy(mode="full-auto", allow=("web",))}
+    assert fetch(make_ctx, WebPolicy(), url=url, ctx=bare).denied
+    named = {"policy": PermissionPolicy(mode="ask", allow=("web:127.0.0.1",))}
+    assert "private page" in fetch(make_ctx, WebPolicy(), "ask", url=url, ctx=named).content
