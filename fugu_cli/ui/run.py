@@ -214,7 +214,7 @@ def _conversation(opts: RunOptions, out: Output) -> int:
             if item is None:
                 break
             if isinstance(item, UserTurn):
-                code = EXIT_CODES[_turn(session, item.text, render, stopper).status]
+                code = EXIT_CODES[_turn(session, item.text, render, stopper, item.images).status]
     session.close()
     return stopper.code or code
 

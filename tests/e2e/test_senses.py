@@ -5,6 +5,7 @@ that sees, an edit that breaks ruff comes back with the diagnostic, and --add-di
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shlex
 import sys
@@ -162,3 +163,30 @@ def test_add_dir_opens_one_sibling_folder_and_nothing_else(tmp_path: Path, loopb
         "-p", "x", "--add-dir", "../missing", "--pool", pool(tmp_path, loopback, {"name": "solo"}), cwd=repo
     )
     assert bad.code == 2 and bad.stderr.strip() == "fugu: --add-dir ../missing: no such folder"
+
+
+def test_a_stream_json_image_block_goes_to_the_worker_that_sees(
+    tmp_path: Path, loopback: LoopbackServer
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    workers = ({"name": "blind", "priority": 2}, {"name": "seer", "priority": 1, "vision": True})
+    loopback.script("seer", ["A pixel."])
+    data = base64.b64encode(PNG).decode()
+    blocks = [
+        {"type": "text", "text": "what is this?"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}},
+        {
+            "type": "image",
+            "source": {"type": "base64", "media_type": "image/png", "data": "bm90IGFuIGltYWdl"},
+        },
+    ]
+    line = json.dumps({"type": "user", "message": {"role": "user", "content": blocks}})
+    run = fugu(
+        "-p", "--input-format", "stream-json", "--output-format", "stream-json",
+        "--pool", pool(tmp_path, loopback, *workers), cwd=repo, stdin=line + "\n",
+    )  # fmt: skip
+    assert run.code == 0, run.stderr
+    assert "an image block was ignored: image block is not a PNG" in run.stderr
+    sent = loopback.requests_for("seer")[0].messages[-1]["content"]
+    assert [p["type"] for p in sent] == ["text", "image_url"] and data in sent[1]["image_url"]["url"]
+    assert loopback.requests_for("blind") == []
