@@ -10,6 +10,7 @@ import base64
 import os
 import re
 import shlex
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -40,8 +41,11 @@ def media_type(data: bytes) -> str | None:
 
 
 def looks_like_image(path: Path) -> bool:
-    """Whether `path` is a file whose first bytes are a picture's (whatever its name)."""
+    """Whether `path` is a regular file whose first bytes are a picture's (whatever its name); a FIFO or a
+    device is never opened."""
     try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            return False
         with path.open("rb") as f:
             return media_type(f.read(16)) is not None
     except OSError:
@@ -65,9 +69,12 @@ def load_image(path: Path, name: str | None = None) -> Image:
     """The image file at `path` (named `name` in the transcript)."""
     label = name or path.name
     try:
-        if path.stat().st_size > MAX_IMAGE_BYTES:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise NotAnImage(f"{label} is not a regular file")
+        if info.st_size > MAX_IMAGE_BYTES:
             raise NotAnImage(
-                f"{label} is {path.stat().st_size / 1e6:.1f} MB; images up to "
+                f"{label} is {info.st_size / 1e6:.1f} MB; images up to "
                 f"{MAX_IMAGE_BYTES // (1024 * 1024)} MiB can be sent (shrink it first)"
             )
         data = path.read_bytes()

@@ -56,9 +56,8 @@ class SandboxPolicy:
     pass_env: tuple[str, ...] = ()
     writable: tuple[str, ...] = ()
     hide: tuple[str, ...] = DEFAULT_HIDE
-    extra_roots: tuple[
-        str, ...
-    ] = ()  # folders added beside the workspace (--add-dir): bound, and guarded, like it
+    # folders added beside the workspace (--add-dir): bound, and guarded, like it
+    extra_roots: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ EXPECTED = {
     "git_diff": ("read", set(), {"path"}),
     "git_log": ("read", set(), {"n"}),
     "git_commit": ("exec", {"message"}, set()),
+    "web_fetch": ("web", {"url"}, {"prompt"}),
 }
 
 
