@@ -100,8 +100,16 @@ def review_task(pr: dict[str, Any], env: os._Environ[str] | dict[str, str]) -> s
     base, head = (pr.get("base") or {}).get("sha"), (pr.get("head") or {}).get("sha")
     diff = ""
     if base and head:
-        run = subprocess.run(["git", "diff", f"{base}...{head}"], capture_output=True, text=True, check=False)
-        diff = run.stdout if run.returncode == 0 else ""
+        from fugu_cli.tools.gitrun import (
+            GitError,
+            git,
+        )  # the hardened git: the checkout's config runs nothing
+
+        try:
+            run = git(Path.cwd(), "diff", "--no-ext-diff", "--no-textconv", f"{base}...{head}", check=False)
+            diff = run.stdout if run.returncode == 0 else ""
+        except GitError:
+            diff = ""
     if len(diff) > DIFF_CHARS:
         diff = diff[:DIFF_CHARS] + "\n[... the rest of the diff is cut; read the files for it]\n"
     shown = f"```diff\n{diff}```" if diff else "(the diff could not be computed here: compare with the base)"

@@ -134,14 +134,17 @@ class Agent:
         *,
         brief: str = "",
         on_stop: OnStop | None = None,
+        steps_before: int = 0,
     ) -> TurnResult:
         """Work on `messages` (appending to it, and recording every new message in the ledger) until a final
         answer, a limit, a failure or an interrupt. A compaction replaces `messages`' contents in place.
         `brief` (the repo map) goes before the turn's message in each step of this run, never to the store.
         `on_stop` is asked before a final answer ends the run; a reason it returns is given to the worker,
-        which goes on (Stop hooks)."""
+        which goes on (Stop hooks). `steps_before`: steps this turn already made (earlier attempts), so this
+        run's steps are numbered after them (its limits and its result count its own)."""
         run = _Run(self.d, messages, self.d.ledger.turn(turn), pick, limits, io or TurnIO())
         run.brief = brief
+        run.steps_before = steps_before
         run.on_stop = on_stop
         return run.go()
 
@@ -173,6 +176,7 @@ class _Run:
         self.started = time.monotonic()
         self.sid = deps.session_id
         self.brief = ""
+        self.steps_before = 0
         self.on_stop: OnStop | None = None
         self.stop_blocks = 0
         self.hook_stop: HookStop | None = None
@@ -192,7 +196,7 @@ class _Run:
             status = self._limit_hit()
             if status:
                 return self._result(status, last_text, _limit_message(status, self.limits))
-            step = self.tally.steps + 1
+            step = self.steps_before + self.tally.steps + 1
             state = RouteState(messages=tuple(self.messages), step=step, last_worker=last_worker)
             try:
                 got = self._call(state)
@@ -202,7 +206,7 @@ class _Run:
             except _AllFailed as e:
                 return self._result("error_during_execution", last_text, str(e))
             decision, reply, usage = got.decision, got.message, got.usage
-            self.tally.steps = step
+            self.tally.steps += 1
             self.tally.add(self.d.workers[decision.worker], usage)
             self.tally.stop_reason = got.finish_reason
             last_worker = decision.worker

@@ -36,7 +36,7 @@ from fugu_cli.router.roles import ROLE_MAX_STEPS, role_instructions
 from fugu_cli.session import Session, SessionConfig, SessionDeps, UltraMode
 from fugu_cli.store import SessionRow, Store, new_session_id
 from fugu_cli.tools import Approver, PermissionPolicy, configure_tools
-from fugu_cli.turn_settings import TurnSettings
+from fugu_cli.turn_settings import Check, TurnSettings
 from fugu_cli.types import FallBack, Message, PermissionMode, TurnResult, Worker
 
 if TYPE_CHECKING:
@@ -303,6 +303,7 @@ def assemble(
     config = config.model_copy(update={"worker": worker_named(resolved.pool, config.worker)})
     store = store or open_store()
     root = repo_root(opts.cwd)
+    check = session_check(config, opts, root)  # a check that cannot work is refused before anything starts
     row = _resumed_row(store, opts) if opts.resuming else None
     messages = store.transcript(row.id) if row else []
     router = resolved.routers.make()
@@ -356,6 +357,7 @@ def assemble(
         ultra=config.ultra,
         limits=Limits(max_steps=_max_steps(config, opts, router), max_budget_usd=config.max_budget_usd),
         dirs=dirs,
+        check=check,
     )
     session_config = SessionConfig(
         root=root,
@@ -637,6 +639,20 @@ def _notices(config: Config) -> tuple[str, ...]:
         f"this folder is not trusted, so its .fugu/config.toml was obeyed only in part (ignored: {what}). "
         "Trust it with --trust-project, or answer yes when the REPL asks",
     )
+
+
+def session_check(config: Config, opts: RunOptions, root: Path) -> Check | None:
+    """The check that judges each attempt (`--check`, else `[checks] verify`; "auto": the repository's own
+    test command), validated in the sandbox."""
+    command = opts.check if opts.check is not None else config.checks.verify
+    if command is None:
+        return None
+    from fugu_cli.tools.sandbox import policy_from_config
+    from fugu_cli.tools.verify import resolve, validate
+
+    check = Check(resolve(command, root), config.checks.verify_timeout_s)
+    validate(check.command, root, policy_from_config(config.sandbox))
+    return check
 
 
 def _max_steps(config: Config, opts: RunOptions, router: Router) -> int:

@@ -1,8 +1,9 @@
 """A session's per-turn git checkpoints: the tree as it was right before a turn first changed it, so `/undo`
 can put it back exactly (untracked files included) without touching the user's branch or index.
 
-Kept in the store (they survive `--continue`); refs of older sessions are pruned. Never prints: a failure to
-checkpoint is said as a Notice, and the edit goes on.
+The snapshots live in fugu's own git store under FUGU_HOME (`tools/checkpoints.py`), out of every command's
+reach; their shas are kept in the session store (they survive `--continue`); older sessions' are pruned.
+Never prints: a failure to checkpoint is said as a Notice, and the edit goes on.
 """
 
 from __future__ import annotations
@@ -35,13 +36,15 @@ class Checkpoints:
         def checkpoint() -> None:
             if turn in self.taken:
                 return
-            from fugu_cli.tools import git
+            from fugu_cli.tools import checkpoints, git
 
             try:
-                self.taken[turn] = git.checkpoint(self.root, f"{self.sid}-t{turn}")
+                self.taken[turn] = checkpoints.save(self.root, f"{self.sid}-t{turn}")
                 if not self._pruned:  # once per session is enough
                     self._pruned = True
-                    git.prune_checkpoints(self.root, self.keep_sessions, keep=frozenset({self.sid}))
+                    keep, mine = self.keep_sessions, frozenset({self.sid})
+                    checkpoints.prune(self.root, keep, keep=mine)
+                    git.prune_checkpoints(self.root, keep, keep=mine)  # ultra's worktree bases, in the repo
             except Exception as e:  # not a git repo, or git missing: edits go on, /undo can't help
                 emit(Notice(session_id=self.sid, level="warning", text=f"no checkpoint for /undo: {e}"))
                 self.taken[turn] = ""
@@ -58,9 +61,9 @@ class Checkpoints:
             sha = self.taken.pop(turn)
             self.store.set_checkpoint(self.sid, turn, None)
             if sha:
-                from fugu_cli.tools import git
+                from fugu_cli.tools import checkpoints
 
-                restored = git.restore_checkpoint(self.root, sha)
+                restored = checkpoints.restore(self.root, sha)
                 if restored:
                     return restored
         raise UsageError("nothing to undo: no turn of this session has changed files")

@@ -89,6 +89,14 @@ def run(
     max_budget_usd: Annotated[
         float | None, typer.Option("--max-budget-usd", min=0.0, help="Stop when the task has cost this much.")
     ] = None,
+    check: Annotated[
+        str | None,
+        typer.Option(
+            "--check",
+            help="A shell command that judges each attempt (exit 0 passes; auto: the repository's test "
+            "command); a failed attempt is set aside and the next worker tries.",
+        ),
+    ] = None,
     worker: Annotated[str | None, typer.Option("--worker", help="Force this worker for every step.")] = None,
     model: Annotated[
         str | None,
@@ -142,6 +150,22 @@ def run(
             "--include-partial-messages", help="stream-json: also send the workers' text as it comes."
         ),
     ] = False,
+    await_initialize: Annotated[
+        bool,
+        typer.Option(
+            "--await-initialize",
+            help="stream-json: wait for the client's initialize request (its system prompt, MCP servers) "
+            "before starting.",
+        ),
+    ] = False,
+    permission_prompts: Annotated[
+        str | None,
+        typer.Option(
+            "--permission-prompts",
+            help="host: the client answers permission questions (with --permission-prompt-tool stdio); "
+            "none: what would be asked is refused.",
+        ),
+    ] = None,
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="Allow edits and commands (same as full-auto).")
     ] = False,
@@ -178,6 +202,9 @@ def run(
     debug: Annotated[
         bool, typer.Option("--debug", help="Also print fugu's log (kept in FUGU_HOME/logs) on stderr.")
     ] = False,
+    debug_file: Annotated[
+        Path | None, typer.Option("--debug-file", help="Also write fugu's full log to this file.")
+    ] = None,
     no_repo_map: Annotated[
         bool, typer.Option("--no-repo-map", help="Give the workers no repository map at each turn.")
     ] = False,
@@ -208,7 +235,7 @@ def run(
     from fugu_cli.options import RunOptions
     from fugu_cli.ui import run as runner
 
-    logs.setup(debug=debug)
+    logs.setup(debug=debug, debug_file=debug_file)
     opts = RunOptions(
         cwd=Path.cwd(),
         pool=pool,
@@ -228,6 +255,7 @@ def run(
         strict_mcp_config=strict_mcp_config,
         add_dirs=tuple(add_dir or ()),
         images=tuple(image or ()),
+        check=check,
     )
     out = runner.Output(
         task=" ".join(task or []),
@@ -235,6 +263,7 @@ def run(
         format=output_format.value,
         input_format=input_format.value,
         notes=tuple(ctx.obj or ()),
+        await_initialize=await_initialize,
     )
     flags = runner.Flags(
         model=model,
@@ -248,6 +277,7 @@ def run(
         append_system_prompt=append_system_prompt,
         prompt_tool=prompt_tool,
         partial=partial,
+        permission_prompts=permission_prompts,
     )
     raise typer.Exit(runner.main(opts, out, flags))
 
@@ -503,6 +533,10 @@ def serve_cmd(
         list[str] | None,
         typer.Option("--cors-origin", metavar="ORIGIN", help="Let web pages from ORIGIN call (repeatable)."),
     ] = None,
+    store_days: Annotated[
+        float,
+        typer.Option("--store-days", min=0.0, help="Keep stored Responses (store: true) this many days."),
+    ] = 30.0,
     header_timeout: Annotated[
         float,
         typer.Option(
@@ -528,6 +562,7 @@ def serve_cmd(
         api_key=api_key,
         api_key_env=api_key_env,
         cors_origins=tuple(cors_origin or ()),
+        response_ttl_s=store_days * 86400.0,
         header_timeout_s=header_timeout,
         body_timeout_s=body_timeout,
     )
@@ -693,8 +728,18 @@ def router_train(
             "--ray-address", help="A Ray cluster to join (auto, ray://HOST:10001); none: start one."
         ),
     ] = None,
+    verifier_accuracy: Annotated[
+        float,
+        typer.Option(
+            "--verifier-accuracy",
+            min=0.0,
+            max=1.0,
+            help="How often the check that judges each attempt is right (the escalation policy's replay).",
+        ),
+    ] = 0.9,
 ) -> None:
-    """Train a router from measured outcomes: soft-label KL with SVF, then sep-CMA-ES."""
+    """Train a router from measured outcomes: soft-label KL with SVF, then sep-CMA-ES over its escalation
+    policy on replayed episodes."""
     from fugu_cli.errors import UsageError
     from fugu_cli.router.commands import TrainOptions, stage_named
     from fugu_cli.router.es import ESConfig
@@ -703,7 +748,11 @@ def router_train(
     from fugu_cli.ui import admin
 
     config = TrainConfig(
-        lam=lam, seed=seed, threads=threads, svf_targets=tuple(t for t in svf.split(",") if t)
+        lam=lam,
+        seed=seed,
+        threads=threads,
+        svf_targets=tuple(t for t in svf.split(",") if t),
+        check_accuracy=verifier_accuracy,
     )
     try:
         chosen = stage_named(stage)
@@ -762,9 +811,23 @@ def router_eval(
     lambdas: Annotated[
         str | None, typer.Option("--lambdas", help="Comma-separated λ values to sweep (reward per USD).")
     ] = None,
+    verifier_accuracy: Annotated[
+        float,
+        typer.Option(
+            "--verifier-accuracy",
+            min=0.0,
+            max=1.0,
+            help="How often the check is right in the escalation policy's replay (0.9: one verdict in ten "
+            "is wrong).",
+        ),
+    ] = 0.9,
+    worlds: Annotated[
+        int, typer.Option("--worlds", min=1, help="Replayed worlds (seeds) each escalation point averages.")
+    ] = 5,
 ) -> None:
     """Judge a router on rows it never trained on: its reward–cost curve against the single models' hull,
-    best single, random mix, kNN, logistic regression and the oracle."""
+    best single, random mix, kNN, logistic regression and the oracle; and its escalation policy (a check
+    judges each attempt; a failed one escalates) replayed on the measured outcomes."""
     from fugu_cli.ui import admin
 
     try:
@@ -785,6 +848,8 @@ def router_eval(
         skip_train_rows,
         prices,
         grid,
+        verifier_accuracy,
+        worlds,
     )
     raise typer.Exit(admin.router_eval(req))
 

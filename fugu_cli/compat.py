@@ -280,6 +280,14 @@ REFUSED: dict[str, str] = {
     "--resume-drops-turn": "fugu resumes whole sessions only",
     "--session-mirror": "fugu keeps its sessions in its own store (FUGU_HOME), not in a SessionStore",
     "--replay-user-messages": "fugu does not echo user messages back",
+    "--agent": "fugu has no agent definitions: its router picks a worker per step (--model forces one)",
+    "--plugin-dir-no-mcp": "fugu has no plugins",
+    "--managed-settings": "fugu reads .fugu/config.toml and FUGU_* variables, not managed settings",
+    "--no-session-persistence": "fugu records every session in its store: point FUGU_HOME at a temporary "
+    "folder to keep nothing",
+    "--channels": "fugu takes no inbound messages from MCP channels",
+    "--sdk-url": "fugu runs here, not as a remote session",
+    "--project-config-root": "fugu reads a repository's configuration from the folder it runs in",
 }
 # Values of Claude Code flags fugu cannot honour.
 REFUSED_VALUES: dict[tuple[str, str], str] = {
@@ -299,15 +307,27 @@ IGNORED: dict[str, str] = {
     "--task-budget": "fugu budgets a task in USD (--max-budget-usd), not in tokens",
     "--setting-sources": "fugu reads its own configuration layers",
 }
-# Flags without a value, and Claude flags that need nothing done (fugu emits no hook events).
+# Flags without a value, and Claude flags that need nothing done: fugu emits no hook events, reads whatever
+# an initialize request carries (--initialize-fields only announces them), and needs no opt-in before
+# bypassPermissions.
 _NO_VALUE = {
     "--fork-session",
     "--session-mirror",
     "--replay-user-messages",
     "--include-hook-events",
     "--strict-mcp-config",
+    "--no-session-persistence",
+    "--managed-settings-in-initialize",
+    "--allow-dangerously-skip-permissions",
+    "--debug-to-stderr",
 }
-_NOTHING_TO_DO = {"--include-hook-events"}
+_NOTHING_TO_DO = {
+    "--include-hook-events",
+    "--initialize-fields",
+    "--managed-settings-in-initialize",
+    "--allow-dangerously-skip-permissions",
+}
+_SAME_AS = {"--debug-to-stderr": "--debug"}
 
 
 def screen_argv(args: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -333,6 +353,6 @@ def screen_argv(args: Sequence[str]) -> tuple[list[str], list[str]]:
         if arg == "--":
             out.extend(args[i:])
             break
-        out.append(arg)
+        out.append(_SAME_AS.get(arg, arg))
         i += 1
     return out, notes

@@ -1,8 +1,9 @@
 """Layered configuration: defaults < user config < `.fugu/config.toml` < `FUGU_*` environment < flags.
 
 Owns where state lives (`FUGU_HOME`), how config files are read and validated, and which folders the user
-trusts: a repository's own config is untrusted until then, and may only make fugu more careful (no workers,
-endpoints, routers, permissions or tools from a cloned repo). Never prints.
+trusts (per repository root: a nested repository is never trusted through its parent): a repository's own
+config is untrusted until then, and may only make fugu more careful (no workers, endpoints, routers,
+permissions or tools from a cloned repo). Never prints.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from fugu_cli import __version__
 from fugu_cli.errors import ConfigError
-from fugu_cli.options import project_config_path
+from fugu_cli.options import find_repo_root, project_config_path
 from fugu_cli.types import PermissionMode
 
 # Validators are built on first use, not when this module is imported: a run whose layers were validated
@@ -45,6 +46,7 @@ class WorkerConfig(BaseModel):
     context_limit: int | None = Field(default=None, gt=0)
     price_cached: float | None = Field(default=None, ge=0)
     vision: bool | None = None  # it accepts images (default: as litellm's model table says)
+    embedding_model: str | None = Field(default=None, min_length=1)  # served on fugu serve's /v1/embeddings
 
 
 class LLMSettings(BaseModel):
@@ -81,7 +83,7 @@ class SandboxSettings(BaseModel):
     allow_network: bool = False
     pass_env: list[str] = Field(default_factory=list)  # extra variables commands may see
     writable: list[str] = Field(default_factory=list)  # extra writable paths, e.g. "~/.cache/uv"
-    hide: list[str] | None = None  # paths made invisible; None: the default credential folders
+    hide: list[str] | None = None  # paths made invisible besides the maintained credential list
 
 
 class ToolSettings(BaseModel):
@@ -109,7 +111,10 @@ class WebSettings(BaseModel):
 
 
 class ChecksSettings(BaseModel):
-    """`[checks]`: commands run in the sandbox after each edit, their findings given back to the worker."""
+    """`[checks]`: `after_edit` commands run in the sandbox after each edit (and `lsp`, a language server,
+    is asked about the edited files), their findings given back to the worker; `verify` is a shell command
+    that judges each attempt at a turn (as `--check` does): it runs in the sandbox when a worker ends its
+    attempt; exit code 0 passes."""
 
     model_config = _STRICT
 
@@ -117,6 +122,8 @@ class ChecksSettings(BaseModel):
     lsp: list[str] = Field(default_factory=list)  # a language server's command, e.g. ["pylsp"]
     timeout_s: float = Field(default=60.0, gt=0)
     max_chars: int = Field(default=4000, ge=200)  # of the findings given back after one edit
+    verify: str | None = None
+    verify_timeout_s: float = Field(default=600.0, gt=0)
 
 
 class UltraSettings(BaseModel):
@@ -344,9 +351,16 @@ def trusted_folders() -> list[str]:
     return [str(f) for f in folders] if isinstance(folders, list) else []
 
 
-def is_trusted(root: Path) -> bool:
-    here = root.resolve()
-    return any(here == Path(f) or here.is_relative_to(Path(f)) for f in trusted_folders())
+def is_trusted(path: Path) -> bool:
+    """Whether the user trusts the repository `path` is in. Trust belongs to one repository root: a nested
+    repository (a vendored dependency, a submodule, a clone) under a trusted one is not trusted, nor is a
+    repository under a trusted plain folder. A folder in no repository inherits a trusted parent's."""
+    here = path.resolve()
+    root = find_repo_root(here)
+    folders = [Path(f) for f in trusted_folders()]
+    if root is not None:
+        return root in folders
+    return any(here == f or here.is_relative_to(f) for f in folders)
 
 
 def trust(root: Path) -> None:
@@ -459,8 +473,28 @@ def _validated(layers: Sequence[tuple[str, dict[str, Any]]]) -> Config:
         except ValidationError as e:
             raise ConfigError(f"invalid setting in {source}: {explain(e)}") from e
     config = Config.model_validate(merged)
-    _cache_write("config", merged, config.model_dump(mode="json"))
+    if not _holds_secrets(
+        merged
+    ):  # the cache is a plain file: a secret the user gave stays where they gave it
+        _cache_write("config", merged, config.model_dump(mode="json"))
     return config
+
+
+_SECRET_TABLES = frozenset(
+    {"env", "headers"}
+)  # an MCP server's environment, an HTTP server's headers, hooks'
+
+
+def _holds_secrets(data: Any) -> bool:
+    """Whether a raw config holds values that are secrets by where they are (an `env` or `headers` table with
+    values), which must never be copied out of the file the user wrote them in."""
+    if isinstance(data, dict):
+        return any(
+            (str(k).lower() in _SECRET_TABLES and bool(v)) or _holds_secrets(v) for k, v in data.items()
+        )
+    if isinstance(data, list):
+        return any(_holds_secrets(v) for v in data)
+    return False
 
 
 def _cached(merged: dict[str, Any]) -> Config | None:
@@ -478,7 +512,8 @@ def workers_from_tables(items: Sequence[Any]) -> list[WorkerConfig]:
     if isinstance(found, list):
         return [_construct(WorkerConfig, w) for w in found]
     workers = [WorkerConfig.model_validate(item) for item in items]
-    _cache_write("pool", items, [w.model_dump(mode="json") for w in workers])
+    if not _holds_secrets(list(items)):
+        _cache_write("pool", items, [w.model_dump(mode="json") for w in workers])
     return workers
 
 

@@ -14,7 +14,16 @@ from typing import Any
 
 from fugu_cli import __version__
 from fugu_cli.compat import CLAUDE_MODE_NAMES, result_subtype, stop_reason, terminal_reason
-from fugu_cli.types import Message, RouteDecision, ToolCall, ToolResult, TurnResult, Usage, WorkerUsage
+from fugu_cli.types import (
+    AttemptRecord,
+    Message,
+    RouteDecision,
+    ToolCall,
+    ToolResult,
+    TurnResult,
+    Usage,
+    WorkerUsage,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,6 +221,32 @@ class StepFinished(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class AttemptStarted(Event):
+    """A worker starts attempt `attempt` at a turn that a check judges; `reason` says why this worker (the
+    first attempt, or an escalation after failed checks)."""
+
+    attempt: int
+    worker: str
+    reason: str = ""
+
+    def to_stream_json(self) -> dict[str, Any]:
+        return _system(self, "attempt", attempt=self.attempt, worker=self.worker, reason=self.reason)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttemptChecked(Event):
+    """What the evidence said of an attempt that ended: the check's verdict, and where a failed attempt's
+    changes were set aside. `output`: the end of the check's output."""
+
+    attempt: int
+    record: AttemptRecord
+    output: str = ""
+
+    def to_stream_json(self) -> dict[str, Any]:
+        return _system(self, "check", attempt=self.attempt, **self.record.to_json(), output=self.output)
+
+
+@dataclass(frozen=True, kw_only=True)
 class TurnFinished(Event):
     result: TurnResult
 
@@ -323,6 +358,8 @@ def result_json(r: TurnResult) -> dict[str, Any]:
             for name, w in r.workers.items()
         },
     }
+    if r.attempts:
+        data["attempts"] = [a.to_json() for a in r.attempts]
     if r.is_error:
         data["errors"] = [r.error or r.result or r.status]
     return data

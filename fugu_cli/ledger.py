@@ -17,7 +17,7 @@ from fugu_cli.store import (
     Store,
     ToolCallRow,
 )
-from fugu_cli.types import Message, RouteDecision, ToolCall, ToolResult
+from fugu_cli.types import AttemptRecord, Message, RouteDecision, ToolCall, ToolResult
 
 __all__ = [
     "CompactionRecord",
@@ -60,6 +60,10 @@ class Ledger:
     def hook_runs(self) -> list[HookRunRecord]:
         return self.store.hook_runs(self.session_id, self.scope)
 
+    def attempts(self) -> list[tuple[int, AttemptRecord]]:
+        """(turn, attempt) for each attempt of the session that was recorded (with a check, or evidence)."""
+        return self.store.attempts(self.session_id)
+
     def sibling(self, scope: str) -> Ledger:
         """The ledger of another transcript of the same session."""
         return Ledger(self.store, self.session_id, scope)
@@ -91,6 +95,10 @@ class TurnLedger:
 
     def hook_run(self, record: HookRunRecord) -> None:
         self._store.add_hook_run(self._sid, self._scope, self.turn, record)
+
+    def attempt(self, number: int, record: AttemptRecord, output: str = "") -> None:
+        """An attempt at this turn ended and its evidence is known (`output`: the check's, kept bounded)."""
+        self._store.add_attempt(self._sid, self.turn, number, record, output)
 
     def compacted(self, record: CompactionRecord) -> int:
         """Record that the transcript is now `record.head` plus its last `record.kept` stored messages."""

@@ -37,8 +37,9 @@ def log_path() -> Path:
     return fugu_home() / "logs" / "fugu.log"
 
 
-def setup(*, debug: bool = False) -> None:
-    """Send the "fugu" logger to the log file (and with `debug`, to stderr too). Safe to call again."""
+def setup(*, debug: bool = False, debug_file: Path | None = None) -> None:
+    """Send the "fugu" logger to the log file (and with `debug`, to stderr too; with `debug_file`, to that
+    file too, in full). Safe to call again."""
     logger = logging.getLogger("fugu")
     logger.setLevel(logging.DEBUG)
     logger.propagate = False
@@ -57,6 +58,15 @@ def setup(*, debug: bool = False) -> None:
     handler.setFormatter(logging.Formatter(_FORMAT))
     handler.addFilter(Redacting())
     logger.addHandler(handler)
+    if debug_file is not None:
+        try:
+            copy = logging.FileHandler(debug_file, encoding="utf-8")
+        except OSError as e:
+            print(f"fugu: --debug-file {debug_file}: {e.strerror or e}", file=sys.stderr)
+        else:
+            copy.setLevel(logging.DEBUG)
+            copy.setFormatter(logging.Formatter(_FORMAT))
+            logger.addHandler(copy)
     if debug:
         screen = logging.StreamHandler(sys.stderr)
         screen.setLevel(logging.DEBUG)

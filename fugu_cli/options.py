@@ -89,6 +89,7 @@ class RunOptions:
     strict_mcp_config: bool = False  # --strict-mcp-config: only those servers
     add_dirs: tuple[Path, ...] = ()  # --add-dir: folders beside the repository the tools may reach
     images: tuple[Path, ...] = ()  # --image: pictures sent with the task
+    check: str | None = None  # --check CMD: judges each attempt at a turn (beats [checks] verify)
 
     def overrides(self) -> dict[str, Any]:
         """The configuration layer these options make (the top one: flags beat every file)."""

@@ -1,7 +1,8 @@
 """The one redactor: what counts as a secret, and `redact(text)` that blanks every secret in a text.
 
 Secrets are the values of environment variables named like keys, tokens, secrets or passwords, of every
-variable a pool's `api_key_env` names (`register_secret_env`), passwords inside URLs, and known key formats.
+variable a pool's `api_key_env` names (`register_secret_env`), passwords and tokens inside URLs, passwords
+handed to a JVM (`-D...password=`), and known key formats (`looks_secret` says whether a value holds one).
 Bottom layer: imports nothing of fugu's; reads `os.environ` at call time, never at import.
 """
 
@@ -26,6 +27,7 @@ _SECRET_NAME = re.compile(
     | PASSW(?:OR)?D | PASSPHRASE | (?:^|_)PASS(?:$|_) | _PWD$   # DATABASE_PASSWORD, PGPASSWORD, MYSQL_PWD
     | CREDENTIALS?
     | COOKIE | SESSION_?ID | (?:^|_)DSN$
+    | (?:^|_)AUTH$ | (?:^|_)PAT$ | JWT        # NPM_CONFIG__AUTH, GITLAB_PAT, CI_JOB_JWT (not SSH_AUTH_SOCK)
     """
 )
 # user:password@ inside any URL; the password is group "pw"
@@ -40,11 +42,28 @@ _KEY_FORMATS = re.compile(
     | \bAIza[0-9A-Za-z_\-]{35}                        # Google API keys
     | \bglpat-[A-Za-z0-9_\-]{20,}                     # GitLab
     | \bhf_[A-Za-z0-9]{30,}                           # Hugging Face
+    | \bnpm_[A-Za-z0-9]{36}                           # npm
+    | \b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}          # Stripe secret and restricted keys
+    | \beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*   # JWTs (CI_JOB_JWT, OIDC tokens)
     | -----BEGIN[A-Z ]*PRIVATE\ KEY-----[\s\S]*?-----END[A-Z ]*PRIVATE\ KEY-----
     """
 )
 # Every key format above contains one of these: without them, the regular expression cannot match.
-_KEY_MARKS = ("sk-", "AKIA", "ASIA", "gh", "github_pat_", "xox", "AIza", "glpat-", "hf_", "PRIVATE KEY")
+_KEY_MARKS = (
+    "sk-", "AKIA", "ASIA", "gh", "github_pat_", "xox", "AIza", "glpat-", "hf_", "npm_", "_live_", "_test_",
+    "eyJ", "PRIVATE KEY",
+)  # fmt: skip
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s\"'<>]+")
+# a token in a URL's query (`?token=`, `&access_token=`, `?sig=`): the value is group "value"
+_URL_TOKEN = re.compile(
+    r"(?i)(?P<head>[?&;][\w.\-]*(?:token|key|secret|passw(?:or)?d|pwd|auth|sig(?:nature)?|credential)s?=)"
+    r"(?P<value>[^&#;\s\"'<>]{6,})"
+)
+# a password handed to a JVM (MAVEN_OPTS, GRADLE_OPTS, JAVA_TOOL_OPTIONS): `-Dsome.password=value`
+_JVM_SECRET = re.compile(
+    r"(?i)(?P<head>-D[\w.\-]*(?:passw(?:or)?d|pwd|secret|token|credential|api[._\-]?key|access[._\-]?key)"
+    r"[\w.\-]*=)(?P<value>[^\s\"']+)"
+)
 REDACTED = "[REDACTED]"
 
 _registered: set[str] = set()
@@ -112,7 +131,25 @@ def _secret_values(env: Mapping[str, str], registered: frozenset[str]) -> dict[s
         for match in _URL_CREDENTIALS.finditer(value):
             if len(match["pw"]) >= MIN_SECRET_LEN // 2:
                 found.setdefault(match["pw"], f"[{name} password]")
+        for pattern in (_URL_TOKEN, _JVM_SECRET):
+            for match in pattern.finditer(value):
+                if len(match["value"]) >= MIN_SECRET_LEN:
+                    found.setdefault(match["value"], f"[{name} secret]")
     return found
+
+
+def looks_secret(value: str) -> bool:
+    """Whether a value holds a secret whatever its variable's name: a known key format, a password or token
+    in a URL, a password handed to a JVM (`-D...password=`)."""
+    if any(mark in value for mark in _KEY_MARKS) and _KEY_FORMATS.search(value):
+        return True
+    if "://" in value and (_URL_CREDENTIALS.search(value) or _url_token(value)):
+        return True
+    return "-D" in value and _JVM_SECRET.search(value) is not None
+
+
+def _url_token(text: str) -> bool:
+    return any(_URL_TOKEN.search(m.group()) for m in _URL.finditer(text))
 
 
 def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
@@ -130,8 +167,11 @@ def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
             out = out.replace(value, label)
     if "://" in out:
         out = _URL_CREDENTIALS.sub(lambda m: m["head"] + REDACTED + "@", out)
+        out = _URL.sub(lambda m: _URL_TOKEN.sub(lambda t: t["head"] + REDACTED, m.group()), out)
     if any(mark in out for mark in _KEY_MARKS):
         out = _KEY_FORMATS.sub(REDACTED, out)
+    if "-D" in out:
+        out = _JVM_SECRET.sub(lambda m: m["head"] + REDACTED, out)
     with _lock:
         _redacted[(key, text)] = out
         while len(_redacted) > 32:

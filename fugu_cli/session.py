@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from fugu_cli.agent import Agent, AgentDeps, TurnIO
+from fugu_cli.agent import Agent, AgentDeps, Limits, OnStop, TurnIO
 from fugu_cli.checkpoints import Checkpoints
 from fugu_cli.context.budget import usage_lines
 from fugu_cli.context.guard import ContextGuard
@@ -39,7 +39,7 @@ from fugu_cli.llm.tokens import Window
 from fugu_cli.router import Router
 from fugu_cli.store import SessionRow, Store
 from fugu_cli.turn_hooks import Refused, TurnClock, TurnHooks, refusal
-from fugu_cli.turn_settings import Overrides, SettingsBox, TurnSettings
+from fugu_cli.turn_settings import Check, Overrides, SettingsBox, TurnSettings
 from fugu_cli.types import (
     FallBack,
     Image,
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from fugu_cli.mcp import McpManager  # asyncio and the SDK's wrappers: only a session with servers
 
 log = logging.getLogger("fugu")
+ULTRA_UNCHECKED = "the check judges fugu-mode turns only: this ultra-mode turn is not checked"
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,20 @@ class Session:
         """Force a worker for the following turns (None: back to the router)."""
         self._check_worker(name)
         self._settings.set_worker(name)
+
+    def set_check(self, command: str | None) -> None:
+        """Judge the following turns' attempts by `command` (`/check CMD`; None: no check). A command that
+        cannot work is refused (UsageError)."""
+        if command is None:
+            self._settings.set_check(None)
+            return
+        from fugu_cli.tools.verify import resolve, validate
+
+        now = self.settings().check
+        command = resolve(command, self.config.root)
+        check = Check(command, now.timeout_s) if now else Check(command)
+        validate(check.command, self.config.root, self.deps.agent.tool_ctx.sandbox)
+        self._settings.set_check(check)
 
     def grant(self, prefix: str) -> None:
         """The user answered "always" for `prefix`: allowed in every later turn of this session."""
@@ -294,14 +309,19 @@ class Session:
         on_stop = self._hooks.on_stop(lambda: site, settings.mode, emit)
 
         def fugu_turn() -> TurnResult:
+            if settings.check is not None:
+                return self._attempts(deps, turn, settings, io, on_stop)
             pick = self._picker(emit, settings.worker)
             brief = self.repo_map_text()
-            return Agent(deps).run(
+            result = Agent(deps).run(
                 self.messages, turn, pick, settings.limits, io, brief=brief, on_stop=on_stop
             )
+            return self._with_test_evidence(result, turn, emit)
 
         if not settings.ultra or self.deps.ultra is None:
             return fugu_turn()
+        if settings.check is not None:
+            emit(Notice(session_id=self.id, level="warning", text=ULTRA_UNCHECKED))
         outcome = self.deps.ultra.run_turn(
             prompt, turn, io, agent=deps, before_apply=checkpoint, record=self._append
         )
@@ -309,6 +329,64 @@ class Session:
             emit(Notice(session_id=self.id, level="warning", text=outcome.reason))
             return outcome.merged(fugu_turn())
         return outcome
+
+    # --- attempts and their evidence (fugu_cli/attempts.py) -----------------------------------------------
+
+    def _attempts(
+        self, deps: AgentDeps, turn: int, settings: TurnSettings, io: TurnIO, on_stop: OnStop | None
+    ) -> TurnResult:
+        """The turn as attempts judged by the settings' check: each by one worker, the next chosen by the
+        escalation after a failed check."""
+        from fugu_cli.attempts import Attempts, AttemptsDeps, attempt_picker, escalation, evidence
+
+        assert settings.check is not None
+        budget = settings.limits.max_budget_usd
+
+        def attempt(decision: RouteDecision, number: int, limits: Limits) -> TurnResult:
+            known = evidence(run.records, budget)
+            pick = attempt_picker(self._picker(io.emit, None), decision, number, known)
+            brief = self.repo_map_text()
+            before = sum(r.num_turns for r in run.results)
+            return Agent(deps).run(
+                self.messages, turn, pick, limits, io, brief=brief, on_stop=on_stop, steps_before=before
+            )
+
+        run = Attempts(
+            AttemptsDeps(
+                check=settings.check,
+                root=self.config.root,
+                sandbox=deps.tool_ctx.sandbox,
+                session_id=self.id,
+                turn=turn,
+                ledger=self.ledger.turn(turn),
+                limits=settings.limits,
+                io=io,
+                attempt=attempt,
+                escalate=escalation(
+                    self.deps.router,
+                    self.deps.fallback,
+                    self.deps.pool,
+                    lambda: self.messages,
+                    (settings.worker, budget),
+                    lambda text: io.emit(Notice(session_id=self.id, level="warning", text=text)),
+                ),
+                checkpoint=lambda: self.checkpoints.taken.get(turn),
+                record=self._append,
+            )
+        )
+        return run.run()
+
+    def _with_test_evidence(self, result: TurnResult, turn: int, emit: Emit) -> TurnResult:
+        """A turn without a check: the last test command the worker ran itself is its attempt's evidence."""
+        from fugu_cli.attempts import own_test_evidence
+        from fugu_cli.events import AttemptChecked
+
+        record = own_test_evidence(result, self.ledger.tool_calls(turn))
+        if record is None:
+            return result
+        self.ledger.turn(turn).attempt(1, record)
+        emit(AttemptChecked(session_id=self.id, attempt=1, record=record))
+        return dataclasses.replace(result, attempts=(record,))
 
     def _tell(self, emit: Emit) -> None:
         """Say the session's notices and hints once (at its first turn), and what its MCP servers report."""

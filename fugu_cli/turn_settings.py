@@ -1,6 +1,6 @@
 """What a turn runs under: `TurnSettings`, a value the session snapshots when a turn starts (permission mode,
 allow and deny rules with the user's "always" grants, the forced worker, ultra mode, limits, the folders
-added beside the repository), and
+added beside the repository, the check), and
 `SettingsBox`, the one place that changes them, behind a lock, for whoever calls from another thread (the
 REPL, stream-json control requests, serve) while a turn runs.
 
@@ -21,12 +21,21 @@ from fugu_cli.types import PermissionMode
 
 
 @dataclass(frozen=True)
+class Check:
+    """The command that judges each attempt at a turn (`--check`, `[checks] verify`): exit code 0 passes."""
+
+    command: str
+    timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
 class TurnSettings:
     permission: PermissionPolicy = field(default_factory=PermissionPolicy)
     worker: str | None = None  # forced by the user (`/worker NAME`, --worker, set_model); None: the router
     ultra: bool = False  # the turn goes to the conductor
     limits: Limits = field(default_factory=Limits)
     dirs: tuple[Path, ...] = ()  # folders beside the repository the tools may reach (--add-dir, /add-dir)
+    check: Check | None = None  # judges each attempt; a failed one is set aside and the next worker tries
 
     @property
     def mode(self) -> PermissionMode:
@@ -71,6 +80,10 @@ class SettingsBox:
     def set_worker(self, worker: str | None) -> None:
         with self._lock:
             self._value = dataclasses.replace(self._value, worker=worker)
+
+    def set_check(self, check: Check | None) -> None:
+        with self._lock:
+            self._value = dataclasses.replace(self._value, check=check)
 
     def set_ultra(self, on: bool) -> None:
         with self._lock:

@@ -185,11 +185,60 @@ class Worker:
     context_limit: int | None = None
     price_cached: float | None = None  # USD per million cached input tokens (a provider's prompt cache)
     vision: bool | None = None  # it accepts images; None: as litellm's model table says
+    embedding_model: str | None = None  # the litellm id of the embedding model its endpoint serves, if any
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One finished attempt of this turn: the worker that made it, what it cost, and the check's verdict
+    (None: no check ran on it)."""
+
+    worker: str
+    cost_usd: float
+    passed: bool | None = None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What this turn's checks said so far: the routers' `escalate` reads it (and `pick` never hands a step
+    back to a worker that failed the check this turn). `checked`: a check judges each attempt of this turn.
+    No attempt starts once `spent` reaches `budget_usd` or `max_attempts` were made (None: no limit)."""
+
+    attempts: tuple[Attempt, ...] = ()
+    checked: bool = False
+    budget_usd: float | None = None
+    max_attempts: int | None = None
+
+    @property
+    def spent(self) -> float:
+        return sum(a.cost_usd for a in self.attempts)
+
+    @property
+    def failed(self) -> frozenset[str]:
+        """Workers whose attempt failed the check this turn."""
+        return frozenset(a.worker for a in self.attempts if a.passed is False)
+
+    @property
+    def exhausted(self) -> str:
+        """Why no further attempt may start ("" when one may)."""
+        if self.max_attempts is not None and len(self.attempts) >= self.max_attempts:
+            return f"{len(self.attempts)} attempts made (at most {self.max_attempts})"
+        if self.budget_usd is not None and self.attempts and self.spent >= self.budget_usd:
+            return f"${self.spent:.4f} spent of a ${self.budget_usd:g} budget"
+        return ""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """A router's answer to `escalate` when no further attempt is worth making, and why."""
+
+    reason: str
+    scores: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class RouteState:
-    """What a router may read before a step."""
+    """What a router may read before a step (and, with `evidence`, before an attempt)."""
 
     messages: Sequence[Message]
     step: int
@@ -197,6 +246,18 @@ class RouteState:
     excluded: frozenset[str] = frozenset()  # never choose these (failed this turn, or unavailable)
     failover: bool = False  # this pick replaces a worker whose call just failed
     masked: Mapping[str, str] = field(default_factory=dict)  # excluded for this step because too small: why
+    evidence: Evidence = field(default_factory=Evidence)  # this turn's attempts and their checks
+
+    def barred(self, pool: Sequence[str]) -> frozenset[str]:
+        """Workers a step may not go to: the excluded, and those that failed the check this turn (unless
+        that would leave none of `pool`)."""
+        both = self.excluded | self.evidence.failed
+        return both if any(w not in both for w in pool) else self.excluded
+
+    @property
+    def tried(self) -> frozenset[str]:
+        """Workers that made an attempt this turn (whatever its verdict)."""
+        return frozenset(a.worker for a in self.evidence.attempts)
 
     @property
     def task(self) -> str:
@@ -301,6 +362,43 @@ class Denial:
         }
 
 
+CheckOutcome = Literal["passed", "failed", "not run"]
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One attempt at a turn and what the evidence said of it. `evidence`: "check" (the session's check
+    command judged it), "worker-test" (the last test command the worker ran itself), "" (nothing judged it).
+    `set_aside`: the git ref that keeps a failed attempt's changes once the tree was restored."""
+
+    worker: str
+    cost_usd: float
+    steps: int
+    check: CheckOutcome = "not run"
+    evidence: str = ""
+    command: str = ""
+    exit_code: int | None = None
+    set_aside: str | None = None
+    status: str = "success"  # how the attempt's own run ended (a TurnStatus)
+
+    @property
+    def passed(self) -> bool | None:
+        return None if self.check == "not run" else self.check == "passed"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "worker": self.worker,
+            "cost_usd": round(self.cost_usd, 8),
+            "steps": self.steps,
+            "status": self.status,
+            "check": self.check,
+            "evidence": self.evidence or None,
+            "command": self.command or None,
+            "exit_code": self.exit_code,
+            "set_aside": self.set_aside,
+        }
+
+
 @dataclass(frozen=True)
 class TurnResult:
     """How a turn ended. `duration_ms` (wall) and `duration_api_ms` (time in LLM calls) are set by the
@@ -318,6 +416,7 @@ class TurnResult:
     duration_ms: float = 0.0
     duration_api_ms: float = 0.0
     stop_reason: str | None = None
+    attempts: tuple[AttemptRecord, ...] = ()  # each attempt and its evidence (a check, the worker's tests)
 
     @property
     def is_error(self) -> bool:
@@ -344,6 +443,7 @@ class FallBack:
             denied=result.denied,
             error=result.error,
             stop_reason=result.stop_reason,
+            attempts=result.attempts,
         )
 
 

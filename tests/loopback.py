@@ -224,6 +224,13 @@ class _Handler(BaseHTTPRequestHandler):
             body = {"_raw": raw.decode("utf-8", "replace")}
         rec = self._record(body)
         path = self.path.split("?", 1)[0].rstrip("/")
+        if path in ("/v1/embeddings", "/embeddings"):  # vectors, or a fault scripted for the model
+            queued = self.loopback.next_reply(rec.model) if self.loopback.pending(rec.model or "") else {}
+            if "fault" in queued:
+                self._fault(rec, queued)
+            else:
+                self._send_json(rec, 200, _embeddings(body))
+            return
         if path not in ("/v1/chat/completions", "/chat/completions", "/v1/messages", "/messages"):
             self._send_json(rec, 404, {"error": {"message": f"no route {self.path}"}})
             return
@@ -315,6 +322,22 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             rec.status = 499
         rec.finished = time.monotonic()
+
+
+def _embeddings(body: Any) -> dict[str, Any]:
+    """One vector per input, the same for the same text (from its SHA-256), `dimensions` long (default 8)."""
+    import hashlib
+
+    texts = body.get("input") if isinstance(body, dict) else None
+    texts = [texts] if isinstance(texts, str) else list(texts or [])
+    size = int(body.get("dimensions") or 8)
+    data = []
+    for i, text in enumerate(texts):
+        digest = hashlib.sha256(json.dumps(text).encode()).digest()
+        data.append({"object": "embedding", "index": i, "embedding": [b / 255 for b in digest[:size]]})
+    tokens = sum(len(json.dumps(t)) // 4 + 1 for t in texts)
+    usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+    return {"object": "list", "data": data, "model": body.get("model"), "usage": usage}
 
 
 def _tool_calls(reply: dict[str, Any]) -> list[dict[str, Any]]:

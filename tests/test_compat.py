@@ -91,3 +91,30 @@ def test_web_fetch_rules_name_hosts_and_a_refusal_hides_the_tools() -> None:
     assert tool_rules([], [], "Read,WebFetch").only == ("read_file", "web_fetch")
     with pytest.raises(UsageError, match="WebFetch\\(domain:HOST\\)"):
         tool_rules(["WebFetch(https://x/*)"], [])
+
+
+def test_the_typescript_sdks_flags_are_honoured_or_refused() -> None:
+    args, notes = screen_argv(
+        [
+            "--output-format",
+            "stream-json",
+            "--await-initialize",
+            "--initialize-fields",
+            "settings,disallowedTools",
+            "--managed-settings-in-initialize",
+            "--allow-dangerously-skip-permissions",
+            "--debug-to-stderr",
+        ]
+    )
+    assert args == ["--output-format", "stream-json", "--await-initialize", "--debug"] and notes == []
+    for flag, said in (
+        (["--agent", "reviewer"], "--agent: fugu has no agent definitions"),
+        (["--no-session-persistence"], "--no-session-persistence: fugu records every session"),
+        (["--managed-settings", "{}"], "--managed-settings: fugu reads .fugu/config.toml"),
+        (["--plugin-dir-no-mcp", "/p"], "--plugin-dir-no-mcp: fugu has no plugins"),
+        (["--channels", "x"], "--channels"),
+        (["--sdk-url", "ws://x"], "--sdk-url"),
+        (["--project-config-root", "/r"], "--project-config-root"),
+    ):
+        with pytest.raises(UsageError, match=said):
+            screen_argv(["-p", "x", *flag])

@@ -92,3 +92,22 @@ def test_a_changed_pool_file_is_read_again(tmp_path: Path) -> None:
     write_pool(pool, [{"name": "c", "model": "openai/c", "price_in": -1}])
     with pytest.raises(ConfigError, match="price_in"):
         load_pool_file(pool)
+
+
+def test_a_config_with_secrets_in_env_or_headers_is_never_copied_to_the_cache(tmp_path: Path) -> None:
+    secret = "tok-7f3a9c1e55d04b2b"
+    user_config_path().parent.mkdir(parents=True, exist_ok=True)
+    user_config_path().write_text(
+        '[mcp_servers.notes]\ncommand = "python"\nargs = ["server.py"]\n'
+        f'env = {{ NOTES_TOKEN = "{secret}" }}\n'
+    )
+    cache = user_config_path().parent / "cache"
+    for _ in range(2):  # validated each time: nothing of it is kept
+        assert load_config(tmp_path).mcp_servers["notes"].env == {"NOTES_TOKEN": secret}
+    assert not any(secret.encode() in p.read_bytes() for p in cache.rglob("*") if p.is_file())
+    user_config_path().write_text(f'[telemetry]\nheaders = {{ "x-api-key" = "{secret}" }}\n')
+    assert load_config(tmp_path).telemetry.headers == {"x-api-key": secret}
+    assert not any(secret.encode() in p.read_bytes() for p in cache.rglob("*") if p.is_file())
+    user_config_path().write_text("max_turns = 5\n")  # the control: a config without secrets is cached
+    load_config(tmp_path)
+    assert b'"max_turns": 5' in (cache / "config.json").read_bytes()

@@ -96,16 +96,6 @@ def test_responses_create_text_tools_and_stream(
     assert [e.sequence_number for e in events] == list(range(len(events)))
 
 
-def test_responses_refuses_what_it_cannot_do(tmp_path: Path, loopback: LoopbackServer, serve: Serve) -> None:
-    server = serve(pool_file(tmp_path, loopback, "alpha"))
-    status, data, _ = post(
-        server.url, {"model": "fugu", "input": "hi", "previous_response_id": "resp_1"}, path="/responses"
-    )
-    assert status == 400 and data["error"]["param"] == "previous_response_id"
-    status, data, _ = post(server.url, {"model": "fugu-agent", "input": "hi"}, path="/responses")
-    assert status == 400 and data["error"]["param"] == "model"
-
-
 def test_chunked_body_and_a_bad_content_length(
     tmp_path: Path, loopback: LoopbackServer, serve: Serve
 ) -> None:

@@ -18,9 +18,10 @@ from fugu_cli.store import (
     OutcomeRow,
     StepRecord,
     Store,
+    StoredResponse,
     TableRows,
 )
-from fugu_cli.types import Message, RouteDecision, ToolCall, ToolResult, Usage
+from fugu_cli.types import AttemptRecord, Message, RouteDecision, ToolCall, ToolResult, Usage
 
 SECRET = "tok-4c0ffee-9a8b7c6d5e"
 
@@ -46,6 +47,14 @@ def fill(store: Store, sid: str, text: str) -> None:
         "PreToolUse", "shell", f"check {text}", 0, False, "ok", f"out {text}", f"err {text}", 3.0
     )
     store.add_hook_run(sid, "main", 1, hook)
+    item = {"type": "message", "role": "user", "content": f"ask {text}"}
+    response = StoredResponse(
+        f"resp_{sid}", "", sid, None, "fugu", [item], [item], {"id": f"resp_{sid}", "note": text}, 1.0, 9e12
+    )
+    store.save_response(response)
+    store.add_note(sid, 1, 1, f"client_metadata: {text}")
+    attempt = AttemptRecord("alpha", 0.5, 1, "failed", "check", f"pytest {text}", 1, "refs/fugu/x")
+    turn.attempt(1, attempt, f"output {text}")
 
 
 def rows(store: Store, sid: str) -> dict[str, list[tuple[object, ...]]]:

@@ -4,22 +4,40 @@
 
 Trains one router on the training part of every data set with prompt text (the data set's own train split,
 else folds 1-4 of `kfold:5:0`), so `fugu router eval --data <set> --router fugu_cli/data/router_default`
-judges it on the held-out part it never saw. Worker descriptions name no task or repository (they must carry
-over to repositories it never saw). SWE-bench runs are renamed to fugu's pool names with their litellm ids;
-routellm has no recorded cost, so its cost is estimated from docs/prices/routellm_gpt4_vs_mixtral.csv, and
-llmrouter's from its own price list. Prints the checkpoint's info and size.
+judges it on the held-out part it never saw; then (stage 2) its escalation policy, by sep-CMA-ES on replayed
+episodes with a check right 9 times in 10 (`--verifier-accuracy`). The checkpoint records each set's split,
+name, fingerprint and price table, so it is judged from any folder with no other flag. Worker descriptions
+name no task or repository (they must carry over to repositories it never saw). SWE-bench runs are renamed to
+fugu's pool names with their litellm ids; routellm has no recorded cost, so its cost is estimated from
+docs/prices/routellm_gpt4_vs_mixtral.csv, and llmrouter's from its own price list. Prints the checkpoint's
+info and size.
+
+    python tools/train_default_router.py --add-escalation
+
+adds to the checkpoint at --out, without retraining its head, stage 1's escalation policy (`supervised`: each
+worker's measured mean reward, and its mean weighted by how often an attempt on the prompt fails) from the
+training part of each data set it recorded, and records those sets in the portable form (name, fingerprint,
+carried price table).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
 
-from fugu_cli.router.checkpoint import info_text
-from fugu_cli.router.commands import Source, TrainOptions, train_command
+import numpy as np
+
+from fugu_cli.router.checkpoint import META, info_text, read_meta
+from fugu_cli.router.commands import TrainOptions, train_command
+from fugu_cli.router.data import stack
 from fugu_cli.router.es import ESConfig, GenerationStats
+from fugu_cli.router.escalation import supervised
+from fugu_cli.router.objective import normalised
+from fugu_cli.router.sources import Source
+from fugu_cli.router.splits import SplitSpec, split_matrix
 from fugu_cli.router.train import TrainConfig
 from fugu_cli.router.trainer import Stage2
 
@@ -82,17 +100,23 @@ def main() -> None:
     ap.add_argument("--shared", type=Path, default=Path("../shared/data"), help="from the repo root")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--lam", type=float, default=0.1, help="λ, reward per USD (the default sessions use)")
-    ap.add_argument("--stage", default="sft", choices=["sft", "es", "both"])
+    ap.add_argument("--stage", default="both", choices=["sft", "es", "both"])
     ap.add_argument("--generations", type=int, default=15)
+    ap.add_argument("--verifier-accuracy", type=float, default=0.9)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--processes", type=int, default=1)
     ap.add_argument("--cache", type=Path, default=None)
+    ap.add_argument("--add-escalation", action="store_true", help="only add stage 1's escalation policy")
     args = ap.parse_args()
     start = time.perf_counter()
     sources = []
     for name in SETS:
         prices = PRICES / f"{name}.csv"
         sources.append(Source(args.shared / name, None, False, prices if prices.is_file() else None))
+    if args.add_escalation:
+        add_escalation(args.out, sources, args.verifier_accuracy)
+        print(info_text(args.out))
+        return
     config = TrainConfig(
         lam=args.lam,
         alphas=(0.0, 0.5),
@@ -101,6 +125,7 @@ def main() -> None:
         cv_max_rows=40_000,
         threads=args.threads,
         cache_dir=args.cache,
+        check_accuracy=args.verifier_accuracy,
     )
     res = train_command(
         TrainOptions(
@@ -108,7 +133,7 @@ def main() -> None:
             args.out,
             stage=args.stage,
             config=config,
-            stage2=Stage2(ESConfig(generations=args.generations, processes=args.processes), batch=256),
+            stage2=Stage2(ESConfig(generations=args.generations, processes=args.processes)),
             names={run: name for run, (name, _) in WORKERS.items()},
             models={name: model for name, model in WORKERS.values() if model} | OTHER_MODELS,
             prices_by_source={str(s.path): s.prices for s in sources if s.prices},
@@ -120,6 +145,30 @@ def main() -> None:
     size = sum(p.stat().st_size for p in res.checkpoint.iterdir())
     print(info_text(res.checkpoint))
     print(f"checkpoint size {size / 1024:.0f} KiB, trained in {time.perf_counter() - start:.0f}s")
+
+
+def add_escalation(out: Path, sources: list[Source], accuracy: float, attempts: int = 3) -> None:
+    """Stage 1's escalation policy from the training part (the recorded split) of each set `out` trained on,
+    over its workers in its order; the sets recorded portably. The head, decision and metrics stay."""
+    meta = read_meta(out)
+    names = dict(meta.training.get("names") or {})
+    splits = {Path(r["path"]).name: str(r["split"]) for r in meta.training["sources"]}
+    parts, refs = [], []
+    for src in sources:
+        raw = src.raw()
+        split = splits[src.path.name]
+        parts.append(split_matrix(raw.complete().renamed(names), SplitSpec.parse(split)).train)
+        refs.append(src.to_json(split, raw))
+    train = stack(parts)
+    order = [train.workers.index(w.name) for w in meta.workers]
+    reward = normalised(train, dict(meta.training.get("task_scales") or {}))[:, order]
+    policy = supervised(reward, attempts, accuracy)
+    if not np.isfinite(policy.value).all():
+        raise SystemExit("a worker of the checkpoint has no measured outcome in its training data")
+    data = json.loads((out / META).read_text())
+    data["escalation"] = policy.to_json()
+    data["training"]["sources"] = refs
+    (out / META).write_text(json.dumps(data, indent=2) + "\n")
 
 
 def _gen(s: GenerationStats) -> None:

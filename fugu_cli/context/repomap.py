@@ -15,7 +15,6 @@ import json
 import math
 import os
 import re
-import subprocess
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -203,27 +202,12 @@ class RepoMap:
 
 
 def source_files(root: Path) -> list[str]:
-    """Source files in languages the map reads: git's tracked and untracked-but-not-ignored files, else a
-    walk that skips hidden folders."""
-    try:
-        out = subprocess.run(
-            ["git", "ls-files", "-co", "--exclude-standard", "-z"],
-            cwd=root,
-            capture_output=True,
-            timeout=20,
-            check=True,
-        ).stdout.decode("utf-8", "replace")
-        names = [n for n in out.split("\0") if n]
-    except (OSError, subprocess.SubprocessError):
-        names = [str(p.relative_to(root)) for p in _walk(root)]
-    return sorted(n for n in names if Path(n).suffix.lower() in LANGUAGES)[:MAX_FILES]
+    """Source files in languages the map reads, among the files glob and grep see (git's tracked and
+    untracked-but-not-ignored files through the hardened git, else a walk that honours .gitignore)."""
+    from fugu_cli.tools.listing import visible_files
 
-
-def _walk(root: Path) -> Iterator[Path]:
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("node_modules", "__pycache__")]
-        for f in files:
-            yield Path(folder) / f
+    names = visible_files(root)
+    return [n for n in names if Path(n).suffix.lower() in LANGUAGES][:MAX_FILES]
 
 
 def parse_file(path: Path, language: str) -> tuple[list[Definition], dict[str, int]] | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import shutil
-import subprocess
 import time
 import tomllib
 from collections.abc import Sequence
@@ -24,7 +23,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from fugu_cli.errors import UsageError
 
 SUITE_FILE = "suite.toml"
-_GIT_IDENTITY = ("-c", "user.name=fugu-eval", "-c", "user.email=eval@fugu.invalid")
+_GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "fugu-eval",
+    "GIT_AUTHOR_EMAIL": "eval@fugu.invalid",
+    "GIT_COMMITTER_NAME": "fugu-eval",
+    "GIT_COMMITTER_EMAIL": "eval@fugu.invalid",
+}
 
 
 def _relative(path: str) -> str:
@@ -208,7 +212,9 @@ def _task(t: TaskSpec, root: Path, toml_path: Path, default_timeout: float) -> T
 
 
 def _git(root: Path, *args: str) -> None:
-    subprocess.run(["git", *_GIT_IDENTITY, *args], cwd=root, check=True, capture_output=True, text=True)
+    from fugu_cli.tools.gitrun import git
+
+    git(root, *args, env=_GIT_IDENTITY, write=True)
 
 
 def make_task_repo(task: Task, dest: Path) -> Path:

@@ -87,6 +87,18 @@ class DirectClient:
             return _whole_as_chunk(response)
         return _chunks(response)
 
+    def post(self, url: str, body: Mapping[str, Any], api_key: str | None) -> dict[str, Any]:
+        """POST `body` as JSON to `url` (an OpenAI-compatible endpoint other than chat completions)."""
+        headers = {"Content-Type": "application/json"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        with _faults():
+            response = self._http().post(url, content=json.dumps(body), headers=headers)
+            if response.status_code >= 400:
+                raise HTTPStatusFault(response.status_code, response.text, response)
+            data: dict[str, Any] = response.json()
+            return data
+
 
 def _without_httpx_cli() -> None:
     """httpx imports its command-line tool (and click and rich with it: half of its import time) only to

@@ -2,8 +2,9 @@
 streamable HTTP, or SSE), listing what it offers and turning its answers into text.
 
 A stdio server is started with `sandbox.spawn` (its own minimal environment plus its config's `env`, never
-fugu's; the repository as its working directory) and spoken to over asyncio pipes; everything here runs on
-the manager's event loop thread, which must outlive the server (bwrap dies with the thread that started it).
+fugu's; the repository as its working directory; what its command needs kept readable, reach.py) and
+spoken to over asyncio pipes; everything here runs on the manager's event loop thread, which must outlive
+the server (bwrap dies with the thread that started it).
 """
 
 from __future__ import annotations
@@ -12,16 +13,15 @@ import asyncio
 import base64
 import json
 import logging
-import os
 import subprocess
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import IO, Any
 
 from fugu_cli import __version__
 from fugu_cli.extension_config import ServerSpec
-from fugu_cli.mcp import framing
+from fugu_cli.mcp import framing, reach
 from fugu_cli.mcp.catalog import Catalog, PromptArg, PromptInfo, ResourceInfo, ToolInfo
 from fugu_cli.tools.sandbox import SandboxPolicy, kill_tree, spawn
 
@@ -97,15 +97,16 @@ async def _stdio(
         writable=(*policy.writable, *spec.writable),
         hide=policy.hide,
     )
+    argv = reach.npx_cached([spec.command or "", *spec.args], spec.env)
     proc, _ = spawn(
-        [spec.command or "", *spec.args],
+        argv,
         cwd=root,
         policy=server_policy,
         env=dict(spec.env),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=stderr if stderr is not None else subprocess.DEVNULL,
-        readable=_named_folders([spec.command or "", *spec.args]),
+        readable=reach.readable(argv, spec.env, root),
     )
     if stderr is not None:
         stderr.close()  # the server holds its own copy; once it exits, the reader sees the end
@@ -294,13 +295,3 @@ def _contents_text(c: Any) -> str:
         return str(c.text)
     size = len(base64.b64decode(getattr(c, "blob", "") or "", validate=False))
     return f"[binary {getattr(c, 'mime_type', '') or 'data'} at {c.uri}, {size} bytes: not shown]"
-
-
-def _named_folders(argv: Sequence[str]) -> list[Path]:
-    """The folders of the files a server's command line names (its program, a script and what sits beside
-    it), which the sandbox keeps readable even under a private /tmp."""
-    found = []
-    for arg in argv:
-        if os.sep in arg and os.path.isfile(arg):
-            found.append(Path(arg).resolve().parent)
-    return found

@@ -202,7 +202,8 @@ class McpManager:
                 started.append(srv)
         for srv in started:
             if not srv.ready.wait(srv.spec.startup_timeout_s):
-                self._failed(srv, f"it did not answer within {srv.spec.startup_timeout_s:g} s")
+                why = f"it did not answer within {srv.spec.startup_timeout_s:g} s"
+                self._failed(srv, why + self._said(srv))
                 if srv.stop is not None:
                     loop.call_soon_threadsafe(srv.stop.set)
                 if srv.task is not None:
@@ -226,8 +227,8 @@ class McpManager:
         def exited(code: int | None) -> None:
             if srv.state in ("ready", "starting") and not self._closed:
                 how = f"exit code {code}" if code is not None else "its output closed"
-                said = errlog.last_line(wait_s=0.5)  # its stderr ends with it: its last words are read
-                self._failed(srv, f"it stopped ({how}{': ' + said if said else ''})")
+                # its stderr ends with it: its last words are read
+                self._failed(srv, f"it stopped ({how}){self._said(srv, wait_s=0.5)}")
             if srv.stop is not None:
                 srv.stop.set()
 
@@ -244,7 +245,7 @@ class McpManager:
         except BaseException as e:
             if srv.state in ("starting", "ready") and not self._closed:
                 log.warning("MCP server %s failed", srv.spec.name, exc_info=e)
-                self._failed(srv, _describe(e))
+                self._failed(srv, _describe(e) + self._said(srv, wait_s=0.5))
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
         finally:
@@ -300,6 +301,12 @@ class McpManager:
 
     def _cache(self, srv: _Server) -> Path:
         return cache_path(self.home, srv.spec.name, srv.spec.fingerprint())
+
+    def _said(self, srv: _Server, wait_s: float = 0.0) -> str:
+        """The server's last lines on stderr since it was started (redacted), for a failure's message, after
+        waiting up to `wait_s` for its stderr to end."""
+        lines = srv.stderr.last_lines(wait_s) if srv.stderr is not None else []
+        return "; its last words on stderr: " + " | ".join(lines) if lines else ""
 
     def _log_path(self, name: str) -> Path:
         return self.home / "logs" / f"mcp-{name}.log"

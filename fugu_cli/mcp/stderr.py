@@ -1,8 +1,9 @@
 """An MCP server's stderr, pumped: the server writes into a pipe; a thread reads it a line at a time, blanks
 every secret (fugu_cli.redact: the server's own secret-named env values are registered as secrets when
 its config is read), and appends the line to `FUGU_HOME/logs/mcp-NAME.log`, which is capped in size (the
-older part moves to `mcp-NAME.log.1`). The last line is kept, redacted, for the line shown when the server
-stops.
+older part moves to `mcp-NAME.log.1`). The last few lines are kept, redacted, for the message shown when the
+server stops or cannot start (bwrap's "execvp ...: No such file", a traceback's end, node's error and
+version).
 
 Never prints.
 """
@@ -13,6 +14,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import IO
 
@@ -21,6 +23,7 @@ from fugu_cli.redact import redact
 log = logging.getLogger("fugu")
 MARK = "--- started by fugu at"
 CAP_BYTES = 1_000_000
+KEPT_LINES = 5
 
 
 class StderrLog:
@@ -30,7 +33,7 @@ class StderrLog:
     def __init__(self, path: Path, cap_bytes: int = CAP_BYTES) -> None:
         self.path = path
         self.cap_bytes = cap_bytes
-        self._last = ""
+        self._last: deque[str] = deque(maxlen=KEPT_LINES)
         self._done = threading.Event()
         self._write_end: IO[bytes] | None = None
 
@@ -44,8 +47,14 @@ class StderrLog:
 
     def last_line(self, wait_s: float = 0.0) -> str:
         """The server's last words (redacted), after waiting up to `wait_s` for its stderr to end."""
+        lines = self.last_lines(wait_s)
+        return lines[-1] if lines else ""
+
+    def last_lines(self, wait_s: float = 0.0) -> list[str]:
+        """Its last few non-blank lines (redacted, each cut to 300 characters), after waiting up to `wait_s`
+        for its stderr to end."""
         self._done.wait(wait_s)
-        return self._last
+        return list(self._last)
 
     def close(self) -> None:
         """Close this side's copy of the write end (the server may still hold its own)."""
@@ -59,7 +68,7 @@ class StderrLog:
                 for raw in reader:
                     line = redact(raw.decode("utf-8", "replace").rstrip("\r\n"))
                     if line.strip():
-                        self._last = line[:300]
+                        self._last.append(line.strip()[:300])
                     if out is not None:
                         out = self._append(out, line)
             if out is not None:

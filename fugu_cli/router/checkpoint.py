@@ -141,6 +141,7 @@ class RouterCheckpoint:
     training: Mapping[str, Any] = field(default_factory=dict)  # data it was trained on, settings
     metrics: Mapping[str, Any] = field(default_factory=dict)
     decision: Decision = field(default_factory=Decision)
+    escalation: Mapping[str, Any] = field(default_factory=dict)  # EscalationPolicy.to_json(); {}: none
     created: str = ""
     format: int = FORMAT
 
@@ -285,6 +286,7 @@ def info_text(directory: Path) -> str:
             ", ".join(f"{lam:g}: {s:g}" for lam, s in t)
             for t in (*meta.decision.group_shrinks, meta.decision.shrinks)
         ),
+        f"  escalation   {_escalation_text(meta)}",
         f"  created      {meta.created or '-'}",
         "  workers",
     ]
@@ -295,6 +297,19 @@ def info_text(directory: Path) -> str:
         lines.append(f"  {title}")
         lines += [f"    {k}: {json.dumps(v, default=str)}" for k, v in block.items()] or ["    -"]
     return "\n".join(lines)
+
+
+def _escalation_text(meta: RouterCheckpoint) -> str:
+    e = meta.escalation
+    if not e:
+        return "none (escalate takes the best utility that has not tried)"
+    kept = meta.metrics.get("es_kept")
+    how = "searched by sep-CMA-ES" if kept else "supervised"
+    how += " (stage 2 not kept)" if kept is False else ""
+    return (
+        f"{len(e['value'])} attempts, assumes a check right {float(e['check_accuracy']):.0%} of the time; "
+        f"{how}; stop margins {', '.join(f'{s:.3g}' for s in e['stop'])}, lookahead {float(e['look']):.3g}"
+    )
 
 
 def save_train_rows(directory: Path, data: RewardMatrix) -> None:
@@ -311,6 +326,12 @@ def load_train_rows(directory: Path) -> tuple[set[str], set[str]] | None:
         return None
     with np.load(path) as z:
         return ({f"{int(v):016x}" for v in z["ids"]}, {f"{int(v):016x}" for v in z["texts"]})
+
+
+def known_index(meta: RouterCheckpoint, workers: Sequence[str]) -> np.ndarray:
+    """[W] each worker's index among the checkpoint's known workers (by name), −1 for one it never saw."""
+    index = {w.name: i for i, w in enumerate(meta.workers)}
+    return np.array([index.get(w, -1) for w in workers], dtype=np.int64)
 
 
 def router_scores(
@@ -349,9 +370,10 @@ def router_scores(
     feats = encode_prompts(
         backbone, data.texts, max_tokens=meta.max_tokens, cache_dir=cache_dir, variant=variant
     )
-    index = {w.name: i for i, w in enumerate(meta.workers)}
-    known = np.array([index.get(w, -1) for w in data.workers])
-    cols = [meta.workers[index[w]] if w in index else CheckpointWorker(w) for w in data.workers]
+    known = known_index(meta, data.workers)
+    cols = [
+        meta.workers[k] if k >= 0 else CheckpointWorker(w) for w, k in zip(data.workers, known, strict=True)
+    ]
     with torch.no_grad():
         desc = description_embeddings(backbone, cols, meta.max_tokens)
         logits = head(torch.from_numpy(feats), desc, known=torch.from_numpy(known).long())

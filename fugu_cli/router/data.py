@@ -13,7 +13,7 @@ import hashlib
 import json
 import tomllib
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from fugu_cli.errors import UsageError
 MODES = ("fugu", "ultra")  # eval arms that are modes, not workers
 CHARS_PER_TOKEN = 4  # for a cost estimated from a price list: prompt tokens ≈ characters / 4
 OUTPUT_TOKENS = 256  # ... plus this many output tokens a prompt (the data sets record no reply lengths)
+REPO_COLUMNS = ("repo", "repository")  # a data set whose task column is named so names repositories
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,6 +44,7 @@ class RewardMatrix:
     cost: np.ndarray | None = None  # [N, W] float64
     worker_info: dict[str, dict[str, str]] = field(default_factory=dict)  # display name, org, api model
     cost_source: str = ""
+    repo_tasks: frozenset[str] = frozenset()  # tasks that are repositories (model selection holds each out)
 
     @property
     def n(self) -> int:
@@ -103,11 +105,16 @@ def mean_costs(data: RewardMatrix) -> np.ndarray:
     return np.asarray(total / np.maximum(seen.sum(axis=0), 1))
 
 
-def load_dataset(directory: str | Path, prices: Path | None = None) -> RewardMatrix:
+def load_dataset(
+    directory: str | Path,
+    prices: Path | None = None,
+    *,
+    price_table: Mapping[str, tuple[float, float]] | None = None,
+) -> RewardMatrix:
     """Read a data set folder described by `dataset.toml` (see ../shared/data/README.md). Without a cost
-    column, a price list (`prices`, else the data set's models.csv when it has per-million-token prices) gives
-    each prompt an estimated cost: its length in tokens at the input price plus OUTPUT_TOKENS at the output
-    price."""
+    column, a price list (`prices`, else `price_table`, else the data set's models.csv when it has
+    per-million-token prices) gives each prompt an estimated cost: its length in tokens at the input price
+    plus OUTPUT_TOKENS at the output price."""
     root = Path(directory)
     spec_path = root / "dataset.toml"
     if not spec_path.is_file():
@@ -121,8 +128,13 @@ def load_dataset(directory: str | Path, prices: Path | None = None) -> RewardMat
     texts = _read_prompts(root / spec["prompts"], spec) if "prompts" in spec else None
     info = _read_models(root / spec.get("models", "models.csv"), spec["model"])
     data = _assemble(str(spec.get("name", root.name)), cells, meta, texts, info)
+    if str(spec.get("task", "")).lower() in REPO_COLUMNS:
+        data = dataclasses.replace(data, repo_tasks=frozenset(data.tasks) - {""})
     if data.cost is None:
-        table = read_prices(prices, "model") if prices is not None else _prices_of(info)
+        if prices is not None:
+            table = read_prices(prices, "model")
+        else:
+            table = dict(price_table) if price_table is not None else _prices_of(info)
         if table:
             data = with_price_costs(data, table)
     return (
@@ -150,7 +162,7 @@ def _prices_of(rows: dict[str, dict[str, str]]) -> dict[str, tuple[float, float]
     return out
 
 
-def with_price_costs(data: RewardMatrix, prices: dict[str, tuple[float, float]]) -> RewardMatrix:
+def with_price_costs(data: RewardMatrix, prices: Mapping[str, tuple[float, float]]) -> RewardMatrix:
     """Estimated USD per prompt from per-million-token prices; workers without a price make it all-or-nothing:
     a matrix where only some workers have a cost would not be a cost at all."""
     if data.texts is None or any(w not in prices for w in data.workers):
@@ -192,6 +204,7 @@ def stack(parts: Sequence[RewardMatrix], name: str = "") -> RewardMatrix:
         cost=cost,
         worker_info=info,
         cost_source="+".join(sorted({p.cost_source for p in parts} - {""})),
+        repo_tasks=frozenset(f"{p.name}/{t}" for p in parts for t in p.repo_tasks),
     )
 
 

@@ -6,7 +6,9 @@ the session's `cost_weight` in reward per USD (default: the checkpoint's own λ)
 known worker λ_ckpt × its training cost per task; a session with another λ adds (λ − λ_ckpt) × the worker's
 expected cost, estimated from token counts and prices for this step and scaled to a task by what the
 checkpoint's workers cost per task against their step estimate here. Staying with the last worker earns λ ×
-the cached-prefix saving. Imports torch: import this module lazily. Never prints.
+the cached-prefix saving. `escalate` chooses a turn's attempts by the checkpoint's escalation policy
+(`escalation.py`: the evidence of this turn's checks beside the same text features; see `fugu_cli.router`
+for how a session drives it). Imports torch: import this module lazily. Never prints.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -21,11 +24,13 @@ import torch
 from fugu_cli.errors import ConfigError
 from fugu_cli.router.backbone import Backbone, load_backbone
 from fugu_cli.router.checkpoint import RouterCheckpoint, build_head, info_text, load_checkpoint
+from fugu_cli.router.escalation import EPS_USD, EscalationPolicy, Features
 from fugu_cli.router.features import FEATURES_VERSION, TranscriptEncoder, description_text
 from fugu_cli.router.head import SelectionHead
+from fugu_cli.router.prior import attempt_reason, stop_reason
 from fugu_cli.router.roles import ROLES
 from fugu_cli.router.svf import apply_svf
-from fugu_cli.types import Message, RouteDecision, RouteState, Worker
+from fugu_cli.types import Message, RouteDecision, RouteState, Stop, Worker
 
 __all__ = ["LearnedRouter", "expected_costs", "info_text"]
 
@@ -55,6 +60,7 @@ class LearnedRouter:
         self.encoder = TranscriptEncoder(backbone, max_tokens=meta.max_tokens, step_tokens=meta.step_tokens)
         self._known = {w.name: i for i, w in enumerate(meta.workers)}
         self._known_models = {w.model: i for i, w in enumerate(meta.workers) if w.model}
+        self.escalation = EscalationPolicy.from_json(meta.escalation) if meta.escalation else None
 
     @classmethod
     def load(
@@ -122,13 +128,23 @@ class LearnedRouter:
             return np.asarray(util)
         fresh = np.array(expected_costs(state, pool, cached=False))
         staying = np.array(expected_costs(state, pool))
-        per_task = fresh * _task_ratio(d.costs(known, np.zeros(len(pool))), known, fresh)
+        per_task = self._task_costs(state, pool, known, fresh)
         charge = np.where(known >= 0, lam - d.lam, lam) * per_task
         return np.asarray(util - charge + lam * (fresh - staying))
 
+    def _task_costs(
+        self, state: RouteState, pool: Sequence[Worker], known: np.ndarray, fresh: np.ndarray | None = None
+    ) -> np.ndarray:
+        """[W] USD each worker would spend on the whole task: this step's estimate scaled by what the
+        checkpoint's workers cost per task against their step estimate here."""
+        d = self.meta.decision
+        step = np.array(expected_costs(state, pool, cached=False)) if fresh is None else fresh
+        return np.asarray(step * _task_ratio(d.costs(known, np.zeros(len(pool))), known, step))
+
     def pick(self, state: RouteState, pool: Sequence[Worker]) -> RouteDecision:
         start = time.perf_counter()
-        live = np.array([w.name not in state.excluded for w in pool])
+        barred = state.barred([w.name for w in pool])
+        live = np.array([w.name not in barred for w in pool])
         if not live.any():
             raise LookupError("every worker in the pool is excluded")
         h, desc = self._features(state, pool)  # [H], [W, D]
@@ -150,6 +166,78 @@ class LearnedRouter:
             reason=f"utility {float(util[best]):.3f}, λ={self.cost_weight:g}",
         )
 
+    def escalate(self, state: RouteState, pool: Sequence[Worker]) -> RouteDecision | Stop:
+        """The next attempt's worker by the checkpoint's escalation policy (without one: the best utility
+        that has made no attempt this turn), or Stop and why."""
+        start = time.perf_counter()
+        why = stop_reason(state, pool)
+        if why:
+            return Stop(why)
+        live = np.array([w.name not in state.excluded and w.name not in state.tried for w in pool])
+        logits = self._logits(*self._features(state, pool), pool)
+        k, bar = len(state.evidence.attempts), float("-inf")
+        if self.escalation is None:
+            score = np.where(live, self._utilities(logits, state, pool), -np.inf)
+            choice, what = int(np.argmax(score)), "utility"
+        else:
+            f = self._evidence(logits, state, pool, live, self.escalation)
+            policy = self.escalation.columns(f.known)
+            score = policy.scores(f.features)[0]
+            choice, what = int(policy.decide(f.features)[0]), "escalation score"
+            bar = float(policy.bar(f.features)[0])
+        probs = _softmax(score, self.meta.decision.tau)
+        scores = {w.name: float(p) for w, p in zip(pool, probs, strict=True)}
+        best = int(np.argmax(score))
+        if choice < 0:
+            return Stop(
+                f"no further attempt is worth its cost: the best, {pool[best].name}, scores "
+                f"{float(score[best]):.3f} against {bar:.3f} for stopping (λ={self.cost_weight:g})",
+                scores,
+            )
+        why = f"{what} {float(score[choice]):.3f}" + (f" > stop {bar:.3f}" if k else "")
+        return RouteDecision(
+            worker=pool[choice].name,
+            scores=scores,
+            source="learned",
+            latency_ms=(time.perf_counter() - start) * 1000,
+            reason=attempt_reason(state, f"{why}, λ={self.cost_weight:g}"),
+        )
+
+    def _evidence(
+        self,
+        logits: torch.Tensor,
+        state: RouteState,
+        pool: Sequence[Worker],
+        live: np.ndarray,
+        escalation: EscalationPolicy,
+    ) -> _Evidence:
+        """The escalation policy's features of this turn: the text beside the checks' evidence."""
+        d = self.meta.decision
+        known = np.array([self._index(w) for w in pool])
+        logp = torch.log_softmax(logits.double(), dim=0).numpy()[None, :]
+        lam = self.cost_weight
+        cost = d.costs(known, self._task_costs(state, pool, known))
+        ev = state.evidence
+        col = {w.name: j for j, w in enumerate(pool)}
+        strength = escalation.columns(known).strength
+        failed = [col[w] for w in ev.failed if w in col]
+        expected = sum(cost[col[a.worker]] if a.worker in col else a.cost_usd for a in ev.attempts)
+        overrun = np.log((ev.spent + EPS_USD) / (expected + EPS_USD)) if ev.attempts else 0.0
+        features = Features(
+            k=len(ev.attempts),
+            dev=d.deviation(logp, known),
+            shrink=d.shrink(known, lam),
+            cost=np.asarray(cost, dtype=float),
+            lam=lam,
+            allowed=live[None, :],
+            strongest=np.array([max((float(strength[j]) for j in failed), default=0.0)]),
+            overrun=np.array([overrun]),
+            last_passed=np.array([bool(ev.attempts and ev.attempts[-1].passed)]),
+            last=np.array([col.get(ev.attempts[-1].worker, -1) if ev.attempts else -1]),
+            limit=ev.max_attempts or escalation.attempts,
+        )
+        return _Evidence(known, features)
+
     def _index(self, worker: Worker) -> int:
         """The checkpoint's worker this pool worker is: same name, else same litellm model; -1 if new."""
         index = self._known.get(worker.name)
@@ -162,6 +250,17 @@ class LearnedRouter:
         index = self._index(worker)
         trained = self.meta.workers[index].description if index >= 0 else ""
         return description_text(worker.name, trained or worker.description, worker.model)
+
+
+class _Evidence(NamedTuple):
+    known: np.ndarray  # [W] each pool worker's index in the checkpoint (−1: unseen)
+    features: Features
+
+
+def _softmax(score: np.ndarray, tau: float) -> np.ndarray:
+    z = np.where(np.isfinite(score), score - np.max(score), -np.inf) / max(tau, 1e-6)
+    e = np.exp(z)
+    return np.asarray(e / e.sum())
 
 
 def expected_costs(state: RouteState, pool: Sequence[Worker], *, cached: bool = True) -> list[float]:

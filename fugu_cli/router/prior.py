@@ -1,4 +1,5 @@
 """The prior router: configured priority first, then how well a worker's description matches the task.
+Escalating after a failed check, it takes the highest-priority worker that has made no attempt this turn.
 
 Used until a learned checkpoint is configured, and as the fallback when a checkpoint can't serve the pool.
 Pure Python: no torch.
@@ -11,8 +12,9 @@ import re
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 
-from fugu_cli.types import RouteDecision, RouteState, Worker
+from fugu_cli.types import RouteDecision, RouteState, Stop, Worker
 
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset(
@@ -52,8 +54,9 @@ class PriorRouter:
         start = time.perf_counter()
         task = state.task
         raw: dict[str, float] = {}
+        barred = state.barred([w.name for w in pool])
         for w in pool:
-            if w.name in state.excluded:
+            if w.name in barred:
                 raw[w.name] = -math.inf
             else:
                 raw[w.name] = w.priority + similarity(task, f"{w.name} {w.description}")
@@ -71,3 +74,32 @@ class PriorRouter:
             latency_ms=(time.perf_counter() - start) * 1000,
             reason=reason,
         )
+
+    def escalate(self, state: RouteState, pool: Sequence[Worker]) -> RouteDecision | Stop:
+        """The highest-priority worker that has made no attempt this turn (description match breaks
+        near-ties, as in `pick`); Stop once the check passed, the limits are reached or none is left."""
+        why = stop_reason(state, pool)
+        if why:
+            return Stop(why)
+        decision = self.pick(replace(state, excluded=state.excluded | state.tried), pool)
+        return replace(decision, reason=attempt_reason(state, decision.reason))
+
+
+def stop_reason(state: RouteState, pool: Sequence[Worker]) -> str:
+    """Why no further attempt starts whatever the router thinks ("" when one may)."""
+    ev = state.evidence
+    if ev.attempts and ev.attempts[-1].passed:
+        return f"the check passed on {ev.attempts[-1].worker}'s attempt"
+    if ev.exhausted:
+        return ev.exhausted
+    if all(w.name in state.excluded or w.name in state.tried for w in pool):
+        return "every worker in the pool made an attempt this turn (or is unavailable)"
+    return ""
+
+
+def attempt_reason(state: RouteState, why: str) -> str:
+    """The route line's reason for an attempt: the first, or an escalation after failed checks."""
+    failed = [a.worker for a in state.evidence.attempts if a.passed is False]
+    if not failed:
+        return f"first attempt: {why}"
+    return f"escalates after {', '.join(failed)} failed the check: {why}"

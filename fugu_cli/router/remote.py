@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from fugu_cli.types import Message, RouteDecision, RouteState, Worker
+from fugu_cli.types import Evidence, Message, RouteDecision, RouteState, Stop, Worker
 
 _HEADER = struct.Struct("!I")
 log = logging.getLogger("fugu")
@@ -68,6 +68,14 @@ class RouterProcess:
                 log.info("router process: %s", line)
 
     def pick(self, state: RouteState, pool: Sequence[Worker]) -> RouteDecision:
+        decision: RouteDecision = self._ask("pick", state, pool)
+        return decision
+
+    def escalate(self, state: RouteState, pool: Sequence[Worker]) -> RouteDecision | Stop:
+        answer: RouteDecision | Stop = self._ask("escalate", state, pool)
+        return answer
+
+    def _ask(self, op: str, state: RouteState, pool: Sequence[Worker]) -> Any:
         messages = list(state.messages)
         with self._lock:
             keep, limit = 0, min(len(self._sent), len(messages))
@@ -75,6 +83,7 @@ class RouterProcess:
                 keep += 1
             workers = tuple(pool)
             request = {
+                "op": op,
                 "keep": keep,
                 "new": messages[keep:],
                 "pool": workers if workers != self._pool else None,
@@ -83,6 +92,7 @@ class RouterProcess:
                 "excluded": state.excluded,
                 "failover": state.failover,
                 "masked": dict(state.masked),
+                "evidence": state.evidence,
             }
             try:
                 _send(self._stdin(), request)
@@ -98,8 +108,7 @@ class RouterProcess:
         if kind != "ok":
             self._sent, self._pool = [], None  # the child may not have taken the messages: resend them
             raise RouterFailed(str(value))
-        decision: RouteDecision = value
-        return decision
+        return value
 
     def _last_words(self) -> str:
         try:
@@ -110,7 +119,8 @@ class RouterProcess:
         return f"; it said: {said[-1]}" if said else ""
 
     def close(self) -> None:
-        """Close the pipe; the child exits on its own (killed if it has not within two seconds)."""
+        """Close the pipe; the child exits on its own (killed if it has not within five seconds: on a loaded
+        machine tearing torch down takes more than two)."""
         with self._lock:
             for stream in (self._proc.stdin, self._proc.stdout):
                 if stream is not None and not stream.closed:
@@ -119,7 +129,7 @@ class RouterProcess:
                     except OSError:  # unsent bytes to a child that is gone
                         pass
         try:
-            self._proc.wait(timeout=2)
+            self._proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
@@ -180,9 +190,11 @@ def serve(checkpoint: Path, cost_weight: float | None, inbox: IO[bytes], outbox:
             excluded=request["excluded"],
             failover=request["failover"],
             masked=request["masked"],
+            evidence=request.get("evidence", Evidence()),
         )
         try:
-            reply: tuple[str, Any] = ("ok", router.pick(state, pool))
+            ask = router.escalate if request.get("op") == "escalate" else router.pick
+            reply: tuple[str, Any] = ("ok", ask(state, pool))
         except LookupError as e:
             reply = ("lookup", str(e))
         except Exception as e:

@@ -13,13 +13,17 @@ The rules (every policy, baseline and trainer that says "replay" means exactly t
 - The episode's answer is its last attempt: its reward is that attempt's realised reward, its cost the sum of
   every attempt's cost. A policy stops (returns None) or is stopped by `max_attempts` or the per-task budget
   (no attempt starts once the money spent reaches `budget_usd`).
+- Rewards are normalised per task (`objective.normalised`; `scales` as a checkpoint recorded them, else the
+  data's own).
 
-Pure numpy; never prints.
+`run` plays one task with a `Policy` (one state at a time); `run_batch` plays many tasks in lockstep with a
+`BatchPolicy` (arrays: one attempt index for all), by exactly the same rules and random numbers, so the two
+give the same episodes; trainers use the batch form. Pure numpy; never prints.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,10 +88,16 @@ class Episode:
 class ReplayEnv:
     """Attempts and checks on the tasks of `data` under `config`'s rules (see the module docstring)."""
 
-    def __init__(self, data: RewardMatrix, config: ReplayConfig | None = None) -> None:
+    def __init__(
+        self,
+        data: RewardMatrix,
+        config: ReplayConfig | None = None,
+        *,
+        scales: Mapping[str, float] | None = None,
+    ) -> None:
         self.data = data
         self.config = config or ReplayConfig()
-        r = normalised(data)
+        r = normalised(data, dict(scales or {}))
         if np.isnan(r).any():
             raise ValueError(f"{data.name or 'the data'} has unmeasured cells: replay needs data.complete()")
         self.p_success = np.clip(r, 0.0, 1.0)  # [N, W]
@@ -149,6 +159,71 @@ class ReplayEnv:
             float(np.mean([e.reward for e in episodes])),
             float(np.mean([e.cost for e in episodes])),
         )
+
+    def run_batch(self, policy: BatchPolicy, tasks: Sequence[int] | np.ndarray | None = None) -> Episodes:
+        """Episodes of `policy` on `tasks` (all by default) in lockstep: the same episodes `run` plays."""
+        cfg = self.config
+        idx = np.arange(self.n) if tasks is None else np.asarray(tasks, dtype=np.int64)
+        n, k_max = len(idx), cfg.max_attempts
+        workers = np.full((n, k_max), -1, dtype=np.int64)
+        passed = np.zeros((n, k_max), dtype=bool)
+        spent, reward = np.zeros(n), np.zeros(n)
+        active = np.ones(n, dtype=bool)
+        for k in range(k_max):
+            if cfg.budget_usd is not None and k > 0:
+                active &= spent < cfg.budget_usd
+            if not active.any():
+                break
+            choice = np.asarray(policy(Batch(idx, k, workers[:, :k], passed[:, :k], spent.copy(), active)))
+            active &= choice >= 0
+            w = np.where(active, choice, 0)
+            success = self._u_success[idx, w, k] < self.p_success[idx, w]
+            right = self._u_check[idx, w, k] < cfg.check_accuracy
+            workers[:, k] = np.where(active, w, -1)
+            passed[:, k] = active & np.where(right, success, ~success)
+            spent += np.where(active, self.cost[idx, w], 0.0)
+            reward = np.where(active, success.astype(float), reward)
+        return Episodes(idx, workers, passed, reward, spent)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Many episodes after `k` attempts each, as a `BatchPolicy` sees them (never the truth of an attempt):
+    `workers` and `passed` are [N, k] (worker −1 where an episode had stopped), `spent` [N] USD so far, and
+    `active` [N] whether each episode still runs (the policy's answer is read only there)."""
+
+    tasks: np.ndarray
+    k: int
+    workers: np.ndarray
+    passed: np.ndarray
+    spent: np.ndarray
+    active: np.ndarray
+
+    @property
+    def last_passed(self) -> np.ndarray:
+        """[N] the last attempt's verdict (False before the first attempt)."""
+        if self.k == 0:
+            return np.zeros(len(self.tasks), dtype=bool)
+        return np.asarray(self.passed[:, -1])
+
+
+BatchPolicy = Callable[[Batch], np.ndarray]  # [N] the next worker of each episode, or −1 to stop
+
+
+@dataclass(frozen=True, eq=False)
+class Episodes:
+    """`run_batch`'s episodes: [N] tasks, [N, K] workers (−1: no attempt) and verdicts, [N] reward, cost."""
+
+    tasks: np.ndarray
+    workers: np.ndarray
+    checks: np.ndarray
+    reward: np.ndarray
+    cost: np.ndarray
+
+    @property
+    def attempts(self) -> np.ndarray:
+        """[N] attempts made per episode."""
+        return np.asarray((self.workers >= 0).sum(axis=1))
 
 
 def single(worker: int) -> Policy:

@@ -66,6 +66,7 @@ def fit_svf(
     masks: tuple[torch.Tensor, torch.Tensor],
     cfg: SVFSettings,
     log: Callable[[str], None],
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> tuple[SVFState | None, float]:
     """Attach SVF to `cfg.svf_targets`, train it with the head; returns (the SVF state, or None with the
     offsets removed when dev KL did not improve; the best dev KL)."""
@@ -103,8 +104,11 @@ def fit_svf(
         {"params": list(svf.parameters()), "lr": cfg.svf_lr},
     ]
     opt = torch.optim.AdamW(groups, weight_decay=0.0)
+    total = cfg.svf_epochs * len(fit_b)
     for epoch in range(1, cfg.svf_epochs + 1):
-        for bi in rng.permutation(len(fit_b)):
+        for i, bi in enumerate(rng.permutation(len(fit_b))):
+            if progress is not None:
+                progress("fitting SVF scales", (epoch - 1) * len(fit_b) + i, total)
             b = fit_b[bi]
             desc = backbone.encode(desc_texts, max_length=cfg.max_tokens, grad=True)
             logits = head(_feats(backbone, b, n_blocks, grad=True), desc)
@@ -113,6 +117,8 @@ def fit_svf(
             loss.backward()
             opt.step()
         now = dev_loss()
+        if progress is not None:
+            progress("fitting SVF scales", epoch * len(fit_b), total)
         log(f"phase B (SVF) epoch {epoch}: dev KL {now:.4f} (start {start:.4f})")
         if now < best - 1e-5:
             best, head_state, svf_state = now, copy.deepcopy(head.state_dict()), svf.state_dict()

@@ -14,7 +14,7 @@ import copy
 import itertools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,14 +36,16 @@ from fugu_cli.router.checkpoint import CheckpointWorker, Decision
 from fugu_cli.router.data import RewardMatrix, mean_costs
 from fugu_cli.router.describe import describe_workers
 from fugu_cli.router.embed_cache import encode_prompts
+from fugu_cli.router.escalation import EscalationPolicy, supervised
 from fugu_cli.router.executor import Executor
 from fugu_cli.router.features import description_embeddings
 from fugu_cli.router.head import HeadConfig, SelectionHead
-from fugu_cli.router.objective import lambda_grid, task_scales, utility
+from fugu_cli.router.objective import lambda_grid, normalised, task_scales, utility
 from fugu_cli.router.svf import SVFState
 from fugu_cli.router.svf_train import fit_svf, kl_loss, svf_digest
 
 Log = Callable[[str], None]
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,8 @@ class TrainConfig:
     svf_epochs: int = 2
     svf_lr: float = 2e-3  # for the SVF offsets; the head moves at a tenth of it (it is already fitted)
     max_tokens: int = 128
+    attempts: int = 3  # the escalation policy's attempts per turn (the first included)
+    check_accuracy: float = 0.9  # the verifier accuracy the escalation policy assumes
     seed: int = 0
     threads: int | None = None
     cache_dir: Path | None = None
@@ -103,6 +107,9 @@ class Trained:
     dev: Part
     desc: torch.Tensor  # [W, D] description embeddings of `workers`
     metrics: dict[str, Any] = field(default_factory=dict)
+    util: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))  # [N, W] utility at λ, training order
+    oof: np.ndarray | None = None  # [N, W] out-of-fold τ·log q of the chosen (α, τ) (NaN: no estimate)
+    escalation: EscalationPolicy | None = None
 
 
 def soft_targets(util: np.ndarray, tau: float) -> np.ndarray:
@@ -118,9 +125,14 @@ def shrunk_targets(util: np.ndarray, prior: np.ndarray, alpha: float, tau: float
 
 
 def train_stage1(
-    train: RewardMatrix, cfg: TrainConfig, on_log: Log | None = None, executor: Executor | None = None
+    train: RewardMatrix,
+    cfg: TrainConfig,
+    on_log: Log | None = None,
+    executor: Executor | None = None,
+    on_progress: Progress | None = None,
 ) -> Trained:
-    """Choose α and the decision on held-out rows, fit the final head (and SVF scales), calibrate it."""
+    """Choose α and the decision on held-out rows, fit the final head (and SVF scales), calibrate it; the
+    escalation policy starts from the measured outcomes (`escalation.supervised`)."""
     log = on_log or (lambda _m: None)
     if train.texts is None:
         raise UsageError(f"{train.name} has no prompt text: a text router cannot learn from it.")
@@ -132,13 +144,13 @@ def train_stage1(
         train.texts,
         max_tokens=cfg.max_tokens,
         cache_dir=cfg.cache_dir,
-        on_progress=_progress(log),
+        on_progress=_progress(log, on_progress),
         executor=executor,
     )
     log(f"features: {train.n} prompts in {time.perf_counter() - t0:.1f}s")
     scales = task_scales(train)
     rows = Rows(torch.from_numpy(feats), utility(train, cfg.lam, scales), train.costs())
-    (chosen, tau), cal, metrics = select(backbone, train, rows, cfg, log)
+    (chosen, tau), cal, metrics, oof = select(backbone, train, rows, cfg, log, on_progress)
     fit_idx, dev_idx = dev_indices(train.n, cfg)
     fit, dev = rows.part(fit_idx), rows.part(dev_idx)
     workers = describe_workers(train.subset(fit_idx), tasks=cfg.describe_tasks)  # fit only: no dev leak
@@ -151,19 +163,27 @@ def train_stage1(
         t2 = time.perf_counter()
         masks = (fit.mask, dev.mask)
         parts = (train.subset(fit_idx), train.subset(dev_idx))
-        svf, dev_kl_svf = fit_svf(backbone, head, workers, parts, targets, masks, cfg, log)
+        svf, dev_kl_svf = fit_svf(backbone, head, workers, parts, targets, masks, cfg, log, on_progress)
         metrics.update(dev_kl_svf=dev_kl_svf, svf_kept=svf is not None, svf_seconds=time.perf_counter() - t2)
         if svf is not None:  # the head reads new features now
             digest = svf_digest(svf.state_dict())
             new = encode_prompts(
-                backbone, train.texts, max_tokens=cfg.max_tokens, cache_dir=cfg.cache_dir, variant=digest
+                backbone,
+                train.texts,
+                max_tokens=cfg.max_tokens,
+                cache_dir=cfg.cache_dir,
+                variant=digest,
+                on_progress=_progress(log, on_progress, "encoding prompts with SVF"),
             )
             rows = Rows(torch.from_numpy(new), rows.util, rows.cost)
             fit, dev = rows.part(fit_idx), rows.part(dev_idx)
             desc = description_embeddings(backbone, workers, cfg.max_tokens)
     decision = make_decision(head, desc, rows, cal, (cfg.lam, tau), mean_costs(train))
+    escalation = supervised(normalised(train, scales), cfg.attempts, cfg.check_accuracy)
     metrics["stage1_seconds"] = time.perf_counter() - t0
-    return Trained(backbone, head, svf, workers, decision, scales, fit, dev, desc, metrics)
+    return Trained(
+        backbone, head, svf, workers, decision, scales, fit, dev, desc, metrics, rows.util, oof, escalation
+    )
 
 
 @dataclass(frozen=True)
@@ -190,32 +210,57 @@ def dev_indices(n: int, cfg: TrainConfig) -> tuple[np.ndarray, np.ndarray]:
     return np.sort(order[n_dev:]), np.sort(order[:n_dev])
 
 
-def selection_folds(n: int, cfg: TrainConfig) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(fit, held-out) row indices: k inner folds for small data, else the dev part alone."""
+def selection_folds(
+    n: int, cfg: TrainConfig, repos: Sequence[str] | None = None
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(fit, held-out) row indices: k inner folds for small data, else the dev part alone. `repos` [N] names
+    each row's repository ("" for a row of no repository): each repository is held out whole, in a fold of
+    its own while there are at most k of them (leave one repository out), and the other rows are spread over
+    the same folds, so a choice is judged on repositories it never saw, as users' repositories will be."""
     if cfg.select_folds <= 1 or n > cfg.cv_max_rows or n < 2 * cfg.select_folds:
         return [dev_indices(n, cfg)]
-    order = np.random.default_rng(cfg.seed + 104729).permutation(n)
-    folds = np.array_split(order, cfg.select_folds)
+    rng = np.random.default_rng(cfg.seed + 104729)
+    names = np.array(repos if repos is not None else [""] * n)
+    distinct = sorted(set(names.tolist()) - {""})
+    if len(distinct) < 2:
+        folds = np.array_split(rng.permutation(n), cfg.select_folds)
+    else:
+        k = min(cfg.select_folds, len(distinct))
+        folds = [np.zeros(0, dtype=np.int64) for _ in range(k)]
+        for repo in sorted(distinct, key=lambda r: -int((names == r).sum())):  # largest first, smallest fold
+            f = int(np.argmin([len(x) for x in folds]))
+            folds[f] = np.concatenate([folds[f], np.flatnonzero(names == repo)])
+        rest = rng.permutation(np.flatnonzero(names == ""))
+        folds = [np.concatenate([f, part]) for f, part in zip(folds, np.array_split(rest, k), strict=True)]
     return [
         (np.sort(np.concatenate(folds[:f] + folds[f + 1 :])), np.sort(folds[f])) for f in range(len(folds))
     ]
 
 
 def select(
-    backbone: Backbone, train: RewardMatrix, rows: Rows, cfg: TrainConfig, log: Log
-) -> tuple[tuple[float, float], Calibrated, dict[str, Any]]:
+    backbone: Backbone,
+    train: RewardMatrix,
+    rows: Rows,
+    cfg: TrainConfig,
+    log: Log,
+    progress: Progress | None = None,
+) -> tuple[tuple[float, float], Calibrated, dict[str, Any], np.ndarray]:
     """For every (α, τ): out-of-fold τ·log q of heads that never saw those rows, calibrated over the λ sweep;
-    the pair with the best held-out utility wins (ties: the earlier in the grids)."""
+    the pair with the best held-out utility wins (ties: the earlier in the grids). Also returns the winner's
+    out-of-fold estimates [N, W] (NaN on rows no fold held out)."""
     t1 = time.perf_counter()
     mean_cost = mean_costs(train)
     grid = lambda_grid(mean_cost, extra=(cfg.lam,))
     prior = col_mean(rows.util)
-    folds = selection_folds(train.n, cfg)
+    folds = selection_folds(train.n, cfg, repos_of(train))
     held = np.sort(np.concatenate([h for _, h in folds]))
-    best: tuple[tuple[float, float], Calibrated] | None = None
-    for alpha, tau in itertools.product(cfg.alphas or (0.0,), cfg.taus or (0.1,)):
+    pairs = list(itertools.product(cfg.alphas or (0.0,), cfg.taus or (0.1,)))
+    best: tuple[tuple[float, float], Calibrated, np.ndarray] | None = None
+    for i, (alpha, tau) in enumerate(pairs):
         est = np.full_like(rows.util, np.nan)
-        for fit_idx, held_idx in folds:
+        for f, (fit_idx, held_idx) in enumerate(folds):
+            if progress is not None:
+                progress("choosing α, τ", i * len(folds) + f, len(pairs) * len(folds))
             workers = describe_workers(train.subset(fit_idx), tasks=cfg.describe_tasks)
             desc = description_embeddings(backbone, workers, cfg.max_tokens)
             fit, out = rows.part(fit_idx), rows.part(held_idx)
@@ -242,13 +287,16 @@ def select(
             f"shrinks {shrinks}"
         )
         if best is None or cal.score > best[1].score + 1e-12:
-            best = ((alpha, tau), cal)
+            best = ((alpha, tau), cal, est)
+    if progress is not None:
+        progress("choosing α, τ", len(pairs) * len(folds), len(pairs) * len(folds))
     assert best is not None
-    (alpha, tau), cal = best
+    (alpha, tau), cal, oof = best
     metrics: dict[str, Any] = {
         "alpha": alpha,
         "tau": tau,
         "selection_folds": len(folds),
+        "selection_by": "repository" if len(set(repos_of(train)) - {""}) >= 2 else "rows",
         "held_out_utility": cal.score,
         "decision_options": cal.options,
         "raw_head": cal.raw,
@@ -256,7 +304,12 @@ def select(
         "group_shrinks": [[list(x) for x in t] for t in cal.group_shrinks],
         "selection_seconds": time.perf_counter() - t1,
     }
-    return (alpha, tau), cal, metrics
+    return (alpha, tau), cal, metrics, oof
+
+
+def repos_of(data: RewardMatrix) -> list[str]:
+    """[N] each row's repository where its data set names repositories, else ""."""
+    return [t if t in data.repo_tasks else "" for t in data.tasks]
 
 
 def make_decision(
@@ -336,12 +389,17 @@ def fit_head(
     return best, ran
 
 
-def _progress(log: Log) -> Callable[[int, int], None]:
+def _progress(
+    log: Log, progress: Progress | None, phase: str = "encoding prompts"
+) -> Callable[[int, int], None]:
+    """Encoding progress to `progress`, else a log line every ten seconds."""
     last = [0.0]
 
     def report(done: int, total: int) -> None:
-        if time.perf_counter() - last[0] > 10 or done == total:
+        if progress is not None:
+            progress(phase, done, total)
+        elif time.perf_counter() - last[0] > 10 or done == total:
             last[0] = time.perf_counter()
-            log(f"encoding prompts {done}/{total}")
+            log(f"{phase} {done}/{total}")
 
     return report

@@ -1,42 +1,132 @@
-"""Router training stage 2: sep-CMA-ES (`es.py`) from the stage-1 solution, maximising the one objective of
-the checkpoint's own decisions on recorded outcomes; kept only if it strictly improves dev utility, and then
-recalibrated. Candidates are scored through an `Executor`.
+"""Router training stage 2: sep-CMA-ES (`es.py`) over the escalation policy (`escalation.py`), from its
+supervised start, maximising the one objective on replayed episodes (`replay.py`, with a check of the
+accuracy the policy assumes: `TrainConfig.check_accuracy`): the mean over each data set's λ sweep of
+normalised reward − λ·USD per episode, each prompt's divided by 1 + λ·its mean cost as calibration weighs
+it. The text term reads stage 1's out-of-fold deviations (from heads that never fitted those rows), so the
+search cannot learn to trust text that only fits its own training rows. The result is kept only if it beats
+the start on the dev part, in the same replayed worlds.
 
-Imports torch: import lazily. Never prints: progress goes to `log` and `on_generation`.
+Pure numpy (the fitness is cheap: a few hundred parameters, vectorised episodes). Never prints: progress
+goes to `log` and `on_generation`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
-import torch
 
-from fugu_cli.router.calibrate import centred, col_mean
-from fugu_cli.router.data import RewardMatrix
-from fugu_cli.router.embed_cache import blocks_needed, capture_block_inputs, encode_prompts
-from fugu_cli.router.es import (
-    ESConfig,
-    GenerationStats,
-    OfflineFitness,
-    param_vector,
-    popsize_for,
-    run_sep_cma,
-)
+from fugu_cli.router.calibrate import centred, col_mean, row_groups
+from fugu_cli.router.data import RewardMatrix, mean_costs
+from fugu_cli.router.es import ESConfig, GenerationStats, popsize_for, run_sep_cma
+from fugu_cli.router.escalation import EscalationPolicy, ReplayPolicy, shrinks_at
 from fugu_cli.router.executor import Executor
-from fugu_cli.router.features import description_embeddings, description_text
-from fugu_cli.router.splits import dev_split
-from fugu_cli.router.svf_train import svf_digest
-from fugu_cli.router.train import Log, Part, TrainConfig, Trained, log_probs
+from fugu_cli.router.objective import lambda_grid
+from fugu_cli.router.replay import ReplayConfig, ReplayEnv
+from fugu_cli.router.train import Log, TrainConfig, Trained, dev_indices
 
 
 @dataclass(frozen=True)
 class Stage2:
     es: ESConfig = field(default_factory=lambda: ESConfig(generations=30))
-    batch: int = 256  # prompts per fitness call (0: all, deterministic)
-    prompts: int = 512  # training prompts whose block inputs ES may sample (SVF case)
+    batch: int = 256  # prompts per data set per fitness call (0: all of them, deterministic)
+    worlds: int = 2  # replayed worlds (seeds) per fitness call; the dev comparison uses 4 times as many
+    lambda_stride: int = (
+        2  # every n-th λ of each data set's sweep (the 8-per-decade grid is finer than needed)
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class _Group:
+    """The rows of one data set (the workers measured together) as replayed episodes."""
+
+    cols: np.ndarray  # [Wg] the group's workers among the checkpoint's
+    envs: tuple[ReplayEnv, ...]  # one per world
+    dev: np.ndarray  # [n, Wg] the text's out-of-fold deviation
+    cost: np.ndarray  # [Wg] expected USD an attempt
+    row_cost: np.ndarray  # [n] each prompt's mean cost over its workers
+    lams: tuple[float, ...]
+    shrinks: np.ndarray  # [L, Wg] s_j(λ)
+
+
+@dataclass(eq=False)
+class EscalationFitness:
+    """Mean weighted utility over the groups' λ sweeps and worlds of the policy `start.with_vector(x)`; each
+    generation samples the same `batch` rows of each group for every candidate."""
+
+    start: EscalationPolicy
+    groups: list[_Group]
+    batch: int = 256
+    seed: int = 0
+
+    def __call__(self, x: np.ndarray, generation: int) -> float:
+        policy = self.start.with_vector(x)
+        rng = np.random.default_rng(self.seed * 1_000_003 + generation)
+        total, weight = 0.0, 0
+        for g in self.groups:
+            n = len(g.row_cost)
+            rows = np.arange(n) if self.batch <= 0 or n <= self.batch else rng.choice(n, self.batch, False)
+            total += group_utility(policy.columns(g.cols), g, rows) * len(rows)
+            weight += len(rows)
+        return total / max(weight, 1)
+
+
+def group_utility(policy: EscalationPolicy, g: _Group, rows: np.ndarray) -> float:
+    """Mean over the group's λ and worlds of the rows' weighted episode utility (the whole sweep of each
+    world played as one batch: every row once per λ)."""
+    n = len(rows)
+    lam = np.repeat(np.asarray(g.lams), n)  # [L·n]
+    tasks = np.tile(rows, len(g.lams))
+    play = ReplayPolicy(policy, g.dev, np.repeat(g.shrinks, n, axis=0), g.cost, lam, policy.attempts)
+    weight = 1.0 / (1.0 + lam * g.row_cost[tasks])
+    out = [
+        float(((ep.reward - lam * ep.cost) * weight).mean())
+        for ep in (e.run_batch(play, tasks) for e in g.envs)
+    ]
+    return float(np.mean(out)) if out else 0.0
+
+
+def oof_deviation(oof: np.ndarray, util: np.ndarray) -> np.ndarray:
+    """[N, W] the text's deviation from out-of-fold τ·log q, centred per prompt and per worker as
+    calibration centres it (0 where a row has no out-of-fold estimate)."""
+    dev = centred(np.nan_to_num(oof, nan=0.0, neginf=0.0), util)
+    dev = dev - col_mean(np.where(np.isnan(util), np.nan, dev))[None, :]
+    return np.asarray(np.where(np.isfinite(oof), dev, 0.0))
+
+
+def build_groups(
+    train: RewardMatrix,
+    trained: Trained,
+    rows: np.ndarray,
+    stage: Stage2,
+    worlds: int,
+    seed: int,
+) -> list[_Group]:
+    """One `_Group` per set of workers measured together, over the training rows `rows`."""
+    d, policy = trained.decision, trained.escalation
+    assert policy is not None
+    util = trained.util
+    dev_all = oof_deviation(trained.oof, util) if trained.oof is not None else np.zeros_like(util)
+    tables = d.tables(np.arange(len(trained.workers))) if d.prior else ()
+    group, _ = row_groups(util[rows])
+    out = []
+    for gi in range(int(group.max()) + 1 if len(group) else 0):
+        idx = rows[group == gi]
+        cols = np.flatnonzero(~np.isnan(util[idx[0]]))
+        part = train.subset(idx).only([train.workers[c] for c in cols])
+        cfg = ReplayConfig(check_accuracy=policy.check_accuracy, max_attempts=policy.attempts)
+        envs = tuple(
+            ReplayEnv(part, replace(cfg, seed=seed + w), scales=trained.scales) for w in range(worlds)
+        )
+        cost = mean_costs(part)
+        lams = tuple(lambda_grid(cost, extra=(d.lam,))[:: max(1, stage.lambda_stride)])
+        width = len(cols)
+        sub_tables = [tables[c] for c in cols] if tables else []
+        shrinks = np.stack([shrinks_at(sub_tables, lam, width) for lam in lams])
+        row_cost = part.costs().mean(axis=1)
+        out.append(_Group(cols, envs, dev_all[idx][:, cols], cost, row_cost, lams, shrinks))
+    return out
 
 
 def run_stage2(
@@ -48,86 +138,25 @@ def run_stage2(
     on_generation: Callable[[GenerationStats], None] | None = None,
     executor: Executor | None = None,
 ) -> tuple[Trained, list[GenerationStats]]:
-    """sep-CMA-ES over head (+ SVF) parameters; the result is kept only if its dev utility beats stage 1's."""
-    fit, dev = dev_split(train, cfg.dev_fraction, cfg.seed)
-    fitness = _fitness(trained, cfg, fit, trained.fit, stage.batch, stage.prompts)
-    dev_fitness = _fitness(trained, cfg, dev, trained.dev, 0, stage.prompts)
-    params = [*trained.head.parameters(), *(trained.svf.parameters() if trained.svf else [])]
-    x0 = param_vector(params)
+    """sep-CMA-ES over the escalation policy; kept only if its dev utility beats the supervised start's."""
+    start = trained.escalation
+    if start is None:
+        raise ValueError("stage 2 needs stage 1's supervised escalation policy")
+    fit_idx, dev_idx = dev_indices(train.n, cfg)
+    groups = build_groups(train, trained, fit_idx, stage, stage.worlds, cfg.seed)
+    fitness = EscalationFitness(start, groups, stage.batch, cfg.seed)
+    judge = EscalationFitness(
+        start, build_groups(train, trained, dev_idx, stage, 4 * stage.worlds, cfg.seed + 101), 0, cfg.seed
+    )
+    x0 = start.vector()
     size = stage.es.popsize or popsize_for(x0.size)
-    log(f"stage 2: sep-CMA-ES over {x0.size} parameters, population {size}")
+    log(f"stage 2: sep-CMA-ES over the escalation policy's {x0.size} parameters, population {size}")
     result = run_sep_cma(fitness, x0, stage.es, on_generation, executor)
-    before, after = dev_fitness(x0, 0), dev_fitness(result.x, 0)
-    keep = after > before + 1e-12  # a tie on a small dev part is no evidence: keep stage 1
+    before, after = judge(x0, 0), judge(result.x, 0)
+    keep = after > before + 1e-12  # a tie on a small dev part is no evidence: keep the start
     log(f"stage 2: dev utility {before:.4f} -> {after:.4f} ({'kept' if keep else 'discarded'})")
-    with torch.no_grad():
-        torch.nn.utils.vector_to_parameters(
-            torch.as_tensor(result.x if keep else x0, dtype=torch.float32), params
-        )
     trained.metrics.update(
         es_dev_before=before, es_dev_after=after, es_kept=keep, es_generations=len(result.history)
     )
-    if keep:
-        trained = _recalibrated(trained, train, cfg, fit, dev)
-    return trained, result.history
-
-
-def _recalibrated(
-    trained: Trained, train: RewardMatrix, cfg: TrainConfig, fit: RewardMatrix, dev: RewardMatrix
-) -> Trained:
-    """The head moved: re-centre the decision on its new mean (and, with SVF, on the features it reads)."""
-    desc, p_fit, p_dev = trained.desc, trained.fit, trained.dev
-    if trained.svf is not None:
-        assert train.texts is not None
-        feats = encode_prompts(
-            trained.backbone,
-            train.texts,
-            max_tokens=cfg.max_tokens,
-            cache_dir=cfg.cache_dir,
-            variant=svf_digest(trained.svf.state_dict()),
-        )
-        pos = {p: i for i, p in enumerate(train.prompt_ids)}
-        p_fit = Part(torch.from_numpy(feats[[pos[p] for p in fit.prompt_ids]]), p_fit.util)
-        p_dev = Part(torch.from_numpy(feats[[pos[p] for p in dev.prompt_ids]]), p_dev.util)
-        desc = description_embeddings(trained.backbone, trained.workers, cfg.max_tokens)
-    d = trained.decision
-    if d.prior:
-        both = Part(torch.cat([p_fit.x, p_dev.x]), np.vstack([p_fit.util, p_dev.util]))
-        est = d.tau * log_probs(trained.head, desc, both)
-        centre = col_mean(np.where(np.isnan(both.util), np.nan, centred(est, both.util)))
-        d = replace(d, centre=tuple(float(c) for c in centre))
-    return replace(trained, decision=d, fit=p_fit, dev=p_dev, desc=desc)
-
-
-def _fitness(
-    trained: Trained, cfg: TrainConfig, part: RewardMatrix, data: Part, per_gen: int, max_prompts: int
-) -> OfflineFitness:
-    d = trained.decision
-    common: dict[str, Any] = {
-        "head_config": trained.head.config.to_json(),
-        "util": data.util,
-        "tau": d.tau,
-        "shrink": d.shrink(np.arange(len(trained.workers))),
-        "prior": np.asarray(d.prior) if d.prior else None,
-        "centre": np.asarray(d.centre) if d.centre else None,
-        "per_generation": per_gen,
-        "seed": cfg.seed,
-    }
-    if trained.svf is None:
-        return OfflineFitness(**common, features=data.x.numpy(), desc=trained.desc.numpy())
-    assert part.texts is not None
-    backbone = trained.backbone
-    rows = np.sort(np.random.default_rng(cfg.seed + 1).permutation(part.n)[:max_prompts])
-    n_blocks = blocks_needed(backbone.model, trained.svf.targets)
-    batches = capture_block_inputs(
-        backbone, [part.texts[i] for i in rows], rows, n_blocks, max_tokens=cfg.max_tokens
-    )
-    return OfflineFitness(
-        **common,
-        backbone_spec=cfg.backbone,
-        svf_targets=tuple(trained.svf.targets),
-        desc_texts=tuple(description_text(w.name, w.description, w.model) for w in trained.workers),
-        max_tokens=cfg.max_tokens,
-        batches=batches,
-        n_blocks=n_blocks,
-    )
+    policy = start.with_vector(result.x) if keep else start
+    return replace(trained, escalation=policy), result.history

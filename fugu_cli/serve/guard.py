@@ -15,8 +15,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fugu_cli.serve.wire import ApiError
 
-METHODS = "GET, POST, OPTIONS, HEAD"
-EXPOSED = "x-fugu-session, x-fugu-replayed, x-should-retry"
+METHODS = "GET, POST, DELETE, OPTIONS, HEAD"
+EXPOSED = "x-fugu-session, x-fugu-replayed, x-fugu-dropped, x-should-retry"
 
 
 def host_name(host: str) -> str:

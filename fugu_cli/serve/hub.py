@@ -1,6 +1,6 @@
 """What every request of one `fugu serve` shares: the repository, the store, the pool and one router (resolved
 once, on the first request that needs them), the pass-through and the agent sessions, the worker-thread
-limit, and the cancel events of the work in flight (set when the server stops).
+limit, the stored responses, and the cancel events of the work in flight (set when the server stops).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from fugu_cli.config import load_config
 from fugu_cli.llm.forward import Forwarder
 from fugu_cli.serve.options import ServeOptions
 from fugu_cli.serve.passthrough import PassThrough
+from fugu_cli.serve.resp_store import ResponseBook
 from fugu_cli.serve.routers import SharedRouter
 from fugu_cli.serve.turns import AgentSessions
 from fugu_cli.serve.wire import MODELS
@@ -30,6 +31,7 @@ class Hub:
         self.run_options = options.run
         config = load_config(options.run.cwd, options.run.overrides())  # a broken config fails at start
         self.store = open_store()
+        self.book = ResponseBook(self.store, options.response_ttl_s)
         self.forwarder = Forwarder(client_config(config))
         self._lock = threading.Lock()
         self._resolved: Resolved | None = None

@@ -40,6 +40,7 @@ class ServeOptions:
     )
     body_timeout_s: float = 60.0  # and its body within this once they have
     max_live_sessions: int = 64  # agent sessions kept in memory; older ones are reloaded from the store
+    response_ttl_s: float = 30 * 86400.0  # stored Responses (`store`) are kept this long, as OpenAI's are
 
     def key(self) -> str | None:
         if self.api_key:

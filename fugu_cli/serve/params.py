@@ -18,6 +18,8 @@ ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function
 # What the agent models take besides messages: the rest is sampling the agent's workers choose themselves.
 AGENT_KEYS = frozenset({"model", "messages", "stream", "stream_options", "user", "metadata", "store"})
 AGENT_KEYS |= {"session_id", "response_format", "stop", "n"}
+# A client that always sends its own tools still reaches fugu's agent with an agent model: they are left out.
+CLIENT_TOOL_KEYS = ("tools", "tool_choice", "parallel_tool_calls")
 FUGU_KEYS = frozenset({"session_id"})  # fugu's own extensions, never sent to a worker
 
 
@@ -34,6 +36,8 @@ class ChatRequest:
     stop: tuple[str, ...] = ()
     response_format: dict[str, Any] | None = None
     fingerprint: str = ""  # the request's content, to recognise a repeated request
+    optional: dict[str, Any] = field(default_factory=dict)  # sent only to workers that take them
+    notes: tuple[str, ...] = ()  # what fugu could not honour, said in the reply's header and the ledger
 
     @property
     def task(self) -> str:
@@ -55,9 +59,12 @@ def parse_chat(body: Any, header_session: str | None = None) -> ChatRequest:
     messages = _messages(body.get("messages"))
     stream = _bool(body, "stream")
     include_usage = _stream_options(body, stream)
-    if body.get("tools"):
-        mode = "pass"  # the client's own tools: its agent loop, our routing
-    if mode != "pass":
+    notes: list[str] = []
+    if body.get("tools") and (mode == "pass" or worker is not None):
+        mode = "pass"  # the client's own tools: its agent loop, our routing (fugu/<worker>: that worker)
+    elif mode != "pass":
+        notes += ignored_tools(body, name)
+        body = {k: v for k, v in body.items() if k not in CLIENT_TOOL_KEYS}
         _agent_checks(body, name)
     params = {k: v for k, v in body.items() if k not in FUGU_KEYS and k not in ("model", "stream")}
     params.pop("stream_options", None)
@@ -77,7 +84,25 @@ def parse_chat(body: Any, header_session: str | None = None) -> ChatRequest:
         stop=_stop(body.get("stop")),
         response_format=_response_format(body.get("response_format")),
         fingerprint=fingerprint(body),
+        notes=tuple(notes),
     )
+
+
+def ignored_tools(body: Mapping[str, Any], model: str) -> list[str]:
+    """The note for an agent model's request that brought the client's own tools."""
+    tools = body.get("tools") or []
+    if not tools:
+        return []
+    names = [
+        str(t.get("name") or (t.get("function") or {}).get("name") or t.get("type"))
+        for t in tools
+        if isinstance(t, dict)
+    ]
+    shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    return [
+        f"tools: {model} runs fugu's own agent with its own tools, so the client's tools ({shown}) were "
+        "not offered to it"
+    ]
 
 
 def model_kind(name: str) -> tuple[Mode, str | None]:

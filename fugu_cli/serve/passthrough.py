@@ -24,6 +24,7 @@ from fugu_cli.app import Resolved
 from fugu_cli.calls import Call, Exclusions
 from fugu_cli.errors import ProviderError
 from fugu_cli.ledger import Ledger, StepRecord
+from fugu_cli.llm.capability import fit
 from fugu_cli.llm.forward import Forwarder, ForwardStream
 from fugu_cli.llm.parse import StreamAssembler
 from fugu_cli.router import Router
@@ -70,6 +71,7 @@ class Routed:
     started: float
     failed: tuple[str, ...] = ()
     cooling: tuple[tuple[str, float], ...] = ()  # (worker, seconds until it is probed again)
+    dropped: tuple[str, ...] = ()  # what fugu could not honour for this worker (request notes included)
 
     def fugu(self, usage: Usage | None = None) -> dict[str, Any]:
         d = self.decision
@@ -81,6 +83,8 @@ class Routed:
             out["failed"] = list(self.failed)
         if self.cooling:
             out["cooling"] = {name: {"retry_in_s": round(left, 1)} for name, left in self.cooling}
+        if self.dropped:
+            out["dropped"] = list(self.dropped)
         if usage is not None:
             out["cost_usd"] = round(usage.cost_usd, 8)
         return out
@@ -150,9 +154,8 @@ class PassThrough:
     def complete(self, req: ChatRequest, cancel: threading.Event) -> dict[str, Any]:
         """The worker's chat.completion, with the client's model name and a `fugu` field."""
         session = self.session_for(req)
-        call, reply = self._failover(
-            req, session, cancel, lambda w: self.forwarder.complete(w, req.params, cancel)
-        )
+        send = self.forwarder.complete
+        call, reply = self._failover(req, session, cancel, lambda w, params: send(w, params, cancel))
         choices = reply.body.get("choices") or [{}]
         message = choices[0].get("message") or {}
         self._record(call, reply.usage, "ok", _summary(message))
@@ -163,16 +166,20 @@ class PassThrough:
     def stream(self, req: ChatRequest, cancel: threading.Event) -> tuple[Routed, Iterator[dict[str, Any]]]:
         """Opens the stream (failing over until a worker sends its first chunk): the call and its chunks."""
         session = self.session_for(req)
-        call, opened = self._failover(
-            req, session, cancel, lambda w: self.forwarder.stream(w, req.params, cancel)
-        )
+        send = self.forwarder.stream
+        call, opened = self._failover(req, session, cancel, lambda w, params: send(w, params, cancel))
         return call, self._relay(req, call, opened)
 
     def _failover(
-        self, req: ChatRequest, session: PassSession, cancel: threading.Event, send: Callable[[Worker], T]
+        self,
+        req: ChatRequest,
+        session: PassSession,
+        cancel: threading.Event,
+        send: Callable[[Worker, dict[str, Any]], T],
     ) -> tuple[Routed, T]:
-        """Route and `send` through the worker-call service until a worker answers (raises `AllFailed` once
-        none is left); every failed attempt is a ledger row of this step."""
+        """Route and `send` (the request's parameters with the optional ones this worker takes) through the
+        worker-call service until a worker answers (raises `AllFailed` once none is left); every failed
+        attempt is a ledger row of this step."""
         self._check_worker(req)
         turn = max(1, sum(1 for m in req.messages if m.get("role") == "user"))
         step = session.next_step(turn)
@@ -181,15 +188,18 @@ class PassThrough:
             Call(
                 pool=self.resolved.pool,
                 route=lambda ex: self._route(req, session, step, ex),
-                send=lambda attempt: send(attempt.worker),
+                send=lambda attempt: send(attempt.worker, req.params | fit(attempt.worker, req.optional)[0]),
                 ledger=Ledger(self.store, session.id).turn(turn),
                 step=step,
                 cancel=cancel,
             )
         )
-        skipped = tuple((n, left) for n, left in cooling.items() if n != answer.worker.name)
+        worker = answer.worker
+        skipped = tuple((n, left) for n, left in cooling.items() if n != worker.name)
+        left_out = fit(worker, req.optional)[1]
+        dropped = (*req.notes, *(f"{p}: {worker.name} does not take it" for p in left_out))
         routed = Routed(
-            session, answer.decision, answer.worker, turn, step, answer.started, answer.failed, skipped
+            session, answer.decision, worker, turn, step, answer.started, answer.failed, skipped, dropped
         )
         return routed, answer.value
 
@@ -262,6 +272,8 @@ class PassThrough:
         """The step's answered attempt (the route and the failed attempts are already recorded)."""
         ledger = Ledger(self.store, call.session.id).turn(call.turn)
         ledger.step(StepRecord(call.step, call.decision, status, usage, text[:2000], call.started))
+        for note in call.dropped:
+            self.store.add_note(call.session.id, call.turn, call.step, note)
         if status == "ok":
             call.session.last_worker = call.worker.name
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from fugu_cli.app import RouterSource
 from fugu_cli.router import Router
-from fugu_cli.types import RouteDecision, RouteState, Worker
+from fugu_cli.types import RouteDecision, RouteState, Stop, Worker
 
 
 class _Locked:
@@ -24,6 +24,10 @@ class _Locked:
     def pick(self, state: RouteState, pool: Sequence[Worker]) -> RouteDecision:
         with self._lock:
             return self.router.pick(state, pool)
+
+    def escalate(self, state: RouteState, pool: Sequence[Worker]) -> RouteDecision | Stop:
+        with self._lock:
+            return self.router.escalate(state, pool)
 
 
 class SharedRouter(RouterSource):

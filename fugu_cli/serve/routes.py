@@ -1,11 +1,10 @@
-"""The HTTP routes of `fugu serve` as starlette endpoints: the model list, chat completions (pass-through or
-agent) and the Responses API. Each parses, hands the blocking work to a worker thread, and answers in OpenAI's
-shape; errors too. Never blocks the event loop.
+"""The HTTP routes of `fugu serve` as starlette endpoints: the model list and chat completions (pass-through
+or agent; the Responses API is resp_routes.py). Each parses, hands the blocking work to a worker thread,
+and answers in OpenAI's shape; errors too. Never blocks the event loop.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -15,19 +14,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from fugu_cli.errors import ProviderError
 from fugu_cli.events import Event
 from fugu_cli.serve.hub import Hub
 from fugu_cli.serve.params import ChatRequest, parse_chat
 from fugu_cli.serve.passthrough import Routed
-from fugu_cli.serve.responses import ResponseEvents, response_from_chat, to_chat
 from fugu_cli.serve.sse import EventStream, drain, from_thread, run_blocking, sse
 from fugu_cli.serve.turns import Finished, Slot
 from fugu_cli.serve.wire import (
     ApiError,
     Tracker,
     api_error,
-    bad_param,
+    dropped_header,
     fugu_summary,
     model_object,
     new_id,
@@ -202,14 +199,14 @@ async def _agent_chat(request: Request, req: ChatRequest) -> Response:
 
     items = from_thread(produce, cancel, hub.limiter)
     body = _agent_chunks(req, slot, items, lambda: hub.end(cancel))
-    return EventStream(body, cancel, {"x-fugu-session": slot.session.id})  # type: ignore[return-value]
+    headers = {"x-fugu-session": slot.session.id} | dropped_header(req.notes)
+    return EventStream(body, cancel, headers)  # type: ignore[return-value]
 
 
 def _agent_reply(req: ChatRequest, slot: Slot, finished: Finished | None, tracker: Tracker) -> Response:
     finish, error = outcome(finished.result if finished else None)
-    headers = {"x-fugu-session": slot.session.id} | (
-        {"x-fugu-replayed": "true"} if finished and finished.replayed else {}
-    )
+    headers = {"x-fugu-session": slot.session.id} | dropped_header(req.notes)
+    headers |= {"x-fugu-replayed": "true"} if finished and finished.replayed else {}
     extra = _summary(finished, tracker)
     if error is not None:
         return JSONResponse(
@@ -282,58 +279,6 @@ async def _agent_chunks(
         done()
 
 
-# the Responses API
-
-
-@openai_errors
-async def responses(request: Request) -> Response:
-    hub = _hub(request)
-    body = await read_json(request)
-    chat = to_chat(body)
-    req = parse_chat(chat, request.headers.get("x-fugu-session"))
-    if req.mode != "pass" and req.worker is None:
-        raise bad_param(
-            "model", f"/v1/responses serves the pass-through (model fugu or fugu/<worker>), not {req.model}"
-        )
-    req = dataclasses.replace(req, mode="pass")
-    if not req.stream:
-        with hub.running() as cancel:
-            reply = await _blocking(request, lambda: hub.passthrough().complete(req, cancel), cancel)
-        return JSONResponse(
-            response_from_chat(reply, body), headers={"x-fugu-session": reply["fugu"]["session_id"]}
-        )
-    cancel = hub.begin()
-    try:
-        call, chunks = await _blocking(request, lambda: hub.passthrough().stream(req, cancel), cancel)
-    except BaseException:
-        hub.end(cancel)
-        raise
-    items = from_thread(lambda put: drain(chunks, put, cancel), cancel, hub.limiter)
-    events = _response_events(ResponseEvents(body), call, items, lambda: hub.end(cancel))
-    return EventStream(events, cancel, {"x-fugu-session": call.session.id})  # type: ignore[return-value]
-
-
-async def _response_events(
-    events: ResponseEvents, call: Routed, items: AsyncIterator[Any], done: Callable[[], None]
-) -> AsyncIterator[bytes]:
-    usage: dict[str, Any] | None = None
-    try:
-        for event in events.start(call.fugu()):
-            yield sse(event, event["type"])
-        async for chunk in items:
-            if chunk.get("usage"):
-                usage = chunk["usage"]
-            for event in events.feed(chunk):
-                yield sse(event, event["type"])
-        for event in events.finish(usage, call.fugu()):
-            yield sse(event, event["type"])
-    except (ProviderError, ApiError) as e:
-        failed = events.failed(api_error(e))
-        yield sse(failed, failed["type"])
-    finally:
-        done()
-
-
 async def not_found(request: Request, exc: Exception) -> Response:
     status = getattr(exc, "status_code", 404)
     if status == 405:
@@ -349,6 +294,5 @@ def routes() -> list[Route]:
             Route(f"{prefix}/models", list_models, methods=["GET"]),
             Route(prefix + "/models/{model:path}", get_model, methods=["GET"]),
             Route(f"{prefix}/chat/completions", chat_completions, methods=["POST"]),
-            Route(f"{prefix}/responses", responses, methods=["POST"]),
         ]
     return out

@@ -16,6 +16,7 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 
+from fugu_cli.serve import other_routes, resp_routes
 from fugu_cli.serve.guard import Guard
 from fugu_cli.serve.hub import Hub
 from fugu_cli.serve.options import ServeOptions
@@ -48,7 +49,8 @@ class FuguServer:
         self.hub = Hub(options)
         self.root = self.hub.root
         self.api_key = self.hub.api_key
-        app = Starlette(routes=routes(), exception_handlers={HTTPException: not_found})
+        every = routes() + resp_routes.routes() + other_routes.routes()
+        app = Starlette(routes=every, exception_handlers={HTTPException: not_found})
         app.state.hub = self.hub
         self.app = Guard(
             app, hosts=options.allowed_hosts(), origins=options.cors_origins, api_key=self.api_key

@@ -50,6 +50,7 @@ class Slot:
     session: Session
     lock: threading.Lock = field(default_factory=threading.Lock)
     last: Done | None = None
+    said: set[str] = field(default_factory=set)  # notes already in this session's ledger
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,9 @@ class AgentSessions:
                 session.set_ultra(req.mode == "ultra")
                 session.set_worker(req.worker)
                 result = session.run_turn(req.task, emit, cancel, stream=req.stream)
+            for note in (n for n in req.notes if n not in slot.said):  # said once per session
+                self.store.add_note(session.id, session.turn, 0, note)
+                slot.said.add(note)
             changed = session.turn in session.checkpoints
             answer = self._shape(result, req) if result.status == "success" else result.result
             slot.last = Done(req.fingerprint, result, answer, changed)

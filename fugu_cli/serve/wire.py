@@ -75,6 +75,15 @@ class ApiError(Exception):
         return {"error": {"message": str(self), "type": self.kind, "param": self.param, "code": self.code}}
 
 
+def dropped_header(notes: Sequence[str]) -> dict[str, str]:
+    """`x-fugu-dropped`: what fugu could not honour in the request, as ASCII (an HTTP header), the notes
+    separated by "; " (no note holds one)."""
+    if not notes:
+        return {}
+    text = "; ".join(notes).encode("ascii", "replace").decode()
+    return {"x-fugu-dropped": text[:4000]}
+
+
 def bad_param(param: str, message: str, code: str = "invalid_value") -> ApiError:
     return ApiError(400, message, code=code, param=param)
 

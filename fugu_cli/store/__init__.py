@@ -4,7 +4,7 @@ Append-only tables with short numbered migrations; WAL so readers never block th
 The only module that speaks SQL: everyone else calls its typed methods, which redact every text they store,
 so no writer can forget (a session exported from another store is redacted again as it is imported).
 Here: `Store` and moving sessions between stores; connection.py opens and migrates, schema.py holds the
-migrations, sessions.py and ledger.py the table methods, rows.py the typed rows. Never prints.
+migrations, sessions.py, ledger.py and responses.py the table methods, rows.py the typed rows. Never prints.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from fugu_cli.errors import ConfigError
 from fugu_cli.redact import redact as redact  # the one redactor (fugu_cli/redact.py)
 from fugu_cli.store.connection import redact_opt
 from fugu_cli.store.ledger import LedgerTables
+from fugu_cli.store.responses import NoteRow, ResponseTables, StoredResponse
 from fugu_cli.store.rows import (
     CompactionRecord,
     CompactionRow,
@@ -39,12 +40,14 @@ __all__ = [
     "CompactionRow",
     "FactRow",
     "HookRunRecord",
+    "NoteRow",
     "OutcomeRow",
     "SessionExport",
     "SessionRow",
     "StepRecord",
     "StepRow",
     "Store",
+    "StoredResponse",
     "TableRows",
     "ToolCallRow",
     "TurnRow",
@@ -53,7 +56,7 @@ __all__ = [
 ]
 
 
-class Store(SessionTables, LedgerTables):
+class Store(SessionTables, LedgerTables, ResponseTables):
     """One SQLite file. Thread-safe: one connection, one lock (the session writes from worker threads)."""
 
     # moving sessions between stores (a cluster node's scratch store -> the user's)

@@ -17,7 +17,7 @@ from fugu_cli.store.rows import (
     StepRow,
     ToolCallRow,
 )
-from fugu_cli.types import RouteDecision, ToolCall, ToolResult, Usage, dumps
+from fugu_cli.types import AttemptRecord, RouteDecision, ToolCall, ToolResult, Usage, dumps
 
 _HOOK_CAP = 8000  # characters of a hook's stdout or stderr kept in the ledger
 
@@ -190,6 +190,33 @@ class LedgerTables(Connection):
                 turn=r["turn"],
             )
             for r in self.query(sql + " ORDER BY rowid", args)
+        ]
+
+    # attempts at a turn and their evidence (a check, the worker's own tests)
+
+    def add_attempt(self, sid: str, turn: int, attempt: int, a: AttemptRecord, output: str = "") -> None:
+        self._execute(
+            "INSERT INTO attempts (session_id, turn, attempt, worker, cost_usd, steps, status, outcome,"
+            " evidence, command, exit_code, set_aside, output, created_at)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                *(sid, turn, attempt, a.worker, a.cost_usd, a.steps, a.status, a.check, a.evidence),
+                *(redact(a.command), a.exit_code, a.set_aside, redact(output[-_HOOK_CAP:]), time.time()),
+            ),
+        )
+
+    def attempts(self, sid: str) -> list[tuple[int, AttemptRecord]]:
+        """(turn, attempt) for every attempt recorded in session `sid`, in order."""
+        rows = self.query("SELECT * FROM attempts WHERE session_id=? ORDER BY rowid", [sid])
+        return [
+            (
+                r["turn"],
+                AttemptRecord(
+                    *(r["worker"], r["cost_usd"], r["steps"], r["outcome"], r["evidence"], r["command"]),
+                    *(r["exit_code"], r["set_aside"], r["status"]),
+                ),
+            )
+            for r in rows
         ]
 
     # memory across ultra-mode workflows

@@ -71,6 +71,31 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX hook_runs_session ON hook_runs (session_id, turn);
     """,
+    # fugu serve (issue 26): stored Responses (`store`, `previous_response_id`), kept until they expire and
+    # readable only with the key that made them; and notes on what a call could not honour
+    """
+    CREATE TABLE responses (
+        id TEXT PRIMARY KEY, owner TEXT NOT NULL, session_id TEXT NOT NULL, previous_id TEXT,
+        model TEXT NOT NULL, input_json TEXT NOT NULL, output_json TEXT NOT NULL,
+        response_json TEXT NOT NULL, created_at REAL NOT NULL, expires_at REAL NOT NULL
+    );
+    CREATE INDEX responses_expiry ON responses (expires_at);
+    CREATE TABLE notes (
+        session_id TEXT NOT NULL, turn INTEGER NOT NULL, step INTEGER NOT NULL, text TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX notes_session ON notes (session_id, turn);
+    """,
+    # verification in sessions (issue 24): each attempt at a turn, and what its check or tests said
+    """
+    CREATE TABLE attempts (
+        session_id TEXT NOT NULL, turn INTEGER NOT NULL, attempt INTEGER NOT NULL, worker TEXT NOT NULL,
+        cost_usd REAL NOT NULL, steps INTEGER NOT NULL, status TEXT NOT NULL, outcome TEXT NOT NULL,
+        evidence TEXT NOT NULL DEFAULT '', command TEXT NOT NULL DEFAULT '', exit_code INTEGER,
+        set_aside TEXT, output TEXT NOT NULL DEFAULT '', created_at REAL NOT NULL
+    );
+    CREATE INDEX attempts_session ON attempts (session_id, turn);
+    """,
 )
 
 
@@ -87,5 +112,8 @@ SESSION_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "memory_facts": ("session_id", ("key", "value")),
     "compactions": ("session_id", ("head_json", "focus")),
     "hook_runs": ("session_id", ("command", "stdout", "stderr")),
+    "attempts": ("session_id", ("command", "output")),
     "outcomes": ("session_id", ("task",)),
+    "responses": ("session_id", ("input_json", "output_json", "response_json")),
+    "notes": ("session_id", ("text",)),
 }

@@ -1,7 +1,8 @@
 """The environment a command fugu starts gets: an allow-list of fugu's own, never the whole of it.
 
-Secret-named variables are dropped even when allow-listed (unless the user passes them by name), and the
-knobs that keep anything from prompting are set. Used by the sandbox; reads os.environ at call time only.
+Variables with a secret-looking name or value are dropped even when allow-listed (unless the user passes
+them by name), and the knobs that keep anything from prompting are set. Used by the sandbox; reads
+os.environ at call time only.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-from fugu_cli.redact import is_secret_name
+from fugu_cli.redact import is_secret_name, looks_secret
 
 # What a command may see of fugu's environment; everything else (keys, FUGU_*, tokens) stays outside.
 ENV_ALLOW = frozenset(
@@ -89,12 +90,15 @@ NON_INTERACTIVE = {
 def minimal_env(
     pass_env: Sequence[str] = (), extra: Mapping[str, str] | None = None, network: bool = False
 ) -> dict[str, str]:
-    """The allow-listed environment a command gets. Names in `pass_env` pass even when secret-like."""
+    """The allow-listed environment a command gets. A variable whose name or value looks secret is left out
+    (`CI_JOB_JWT`, `NPM_CONFIG__AUTH`, a `PIP_INDEX_URL` holding a token, `MAVEN_OPTS` holding a
+    `-D...password=`); names in `pass_env` pass whatever they hold."""
     allowed = ENV_ALLOW | set(pass_env) | (_NETWORK_ENV if network else set())
     env = {
         k: v
         for k, v in os.environ.items()
-        if (k in allowed or k.startswith(ENV_ALLOW_PREFIXES)) and (k in pass_env or not is_secret_name(k))
+        if (k in allowed or k.startswith(ENV_ALLOW_PREFIXES))
+        and (k in pass_env or not (is_secret_name(k) or looks_secret(v)))
     }
     env.setdefault("PATH", os.defpath)
     env.update(NON_INTERACTIVE)

@@ -1,4 +1,5 @@
-"""All of fugu's git: the git_* tools, checkpoints and worktrees for /undo and ultra mode, and their cleanup.
+"""fugu's git in the repository: the git_* tools, ultra mode's worktrees and the checkpoints they start from,
+and their cleanup. (/undo's checkpoints live in fugu's own store: checkpoints.py.)
 
 Every git command goes through `gitrun.git` (hardened against the repository's own config, sandboxed, minimal
 environment). Checkpoints never touch the user's index, HEAD or branch.
@@ -16,7 +17,9 @@ from pathlib import Path
 
 from fugu_cli.tools.base import Invocation, ToolFailed
 from fugu_cli.tools.gitrun import GitError as GitError
+from fugu_cli.tools.gitrun import excluding, submodules
 from fugu_cli.tools.gitrun import git as _git
+from fugu_cli.tools.sandbox import git_dirs
 from fugu_cli.tools.textio import shown
 
 CHECKPOINT_REF = "refs/fugu/checkpoints/"
@@ -105,7 +108,7 @@ def git_commit(inv: Invocation, message: str) -> str:
     subject = message.strip().splitlines()[0]
     inv.gate(["git_commit"], f"git commit: {subject[:120]}", f"{message}\n\n{status}")
     inv.before_write()
-    _git(inv.root, "add", "-A", write=True)
+    _add_all(inv.root)
     staged = _git(inv.root, "diff", *_NO_DRIVERS, "--cached", "--name-only", "-z").stdout.split("\0")
     if not any(staged):
         raise ToolFailed("Nothing to commit: no changes after staging (only ignored files changed?).")
@@ -119,6 +122,25 @@ def git_commit(inv: Invocation, message: str) -> str:
 
 
 # --- library functions for /undo and ultra mode -------------------------------------------------------
+
+
+def _add_all(
+    cwd: Path,
+    index: Path | None = None,
+    env: dict[str, str] | None = None,
+    writable: list[Path] | None = None,
+) -> None:
+    """`git add -A` of the whole tree, never entering a submodule and never adding one: a repository in the
+    tree (one a command cloned or made) stays out, or the user's next `git status` would run its config."""
+    gits = git_dirs(cwd)
+    index = index or (gits[0] / "index" if gits else None)
+    before = submodules(index, gits[-1]) if gits and index else set()
+    _git(cwd, "add", "-A", "--", ".", *excluding(before), env=env, write=True, writable=writable or [])
+    added = submodules(index, gits[-1]) - before if gits and index else set()
+    if added:
+        paths = "".join(f"{p}\0" for p in sorted(added))
+        remove = ("update-index", "--force-remove", "-z", "--stdin")
+        _git(cwd, *remove, env=env, input=paths, write=True, writable=writable or [])
 
 
 @contextmanager
@@ -135,12 +157,13 @@ def _scratch_index(cwd: Path) -> Iterator[tuple[dict[str, str], Path]]:
 def _snapshot_tree(cwd: Path) -> str:
     """The tree object of the working tree as it is now, untracked (not ignored) files included."""
     with _scratch_index(cwd) as (env, tmp):
-        _git(cwd, "add", "-A", "--", ".", env=env, write=True, writable=[tmp])
+        _add_all(cwd, tmp / "index", env=env, writable=[tmp])
         return _git(cwd, "write-tree", env=env, write=True, writable=[tmp]).stdout.strip()
 
 
 def checkpoint(root: Path, label: str) -> str:
-    """Snapshot the whole working tree as a commit on refs/fugu/checkpoints/<label>; return its sha.
+    """Snapshot the whole working tree as a commit on refs/fugu/checkpoints/<label> in the repository (a
+    worktree's start: `git worktree add` needs it there); return its sha.
 
     The user's index, HEAD and branch are untouched; the commit's parent is HEAD when there is one.
     """
@@ -155,54 +178,6 @@ def checkpoint(root: Path, label: str) -> str:
     commit = sha.stdout.strip()
     _git(root, "update-ref", ref, commit, write=True)
     return commit
-
-
-def restore_checkpoint(root: Path, sha: str) -> list[str]:
-    """Make the working tree exactly the snapshot `sha`; return the paths that changed.
-
-    Modified files get their snapshot content back, files created since are deleted, deleted ones return.
-    Ignored files, the user's index, HEAD and branch are left alone.
-    """
-    target = _git(root, "rev-parse", "--verify", f"{sha}^{{tree}}").stdout.strip()
-    current = _snapshot_tree(root)
-    diff = _git(root, "diff-tree", "-r", "-z", "--no-renames", "--name-status", current, target).stdout
-    fields = [f for f in diff.split("\0") if f]
-    changes = list(zip(fields[0::2], fields[1::2], strict=True))
-    top = root.resolve()
-    for path in (path for status, path in changes if status == "D"):
-        _remove(top, path)
-    restore = [path for status, path in changes if status != "D"]
-    if restore:
-        for path in restore:
-            # an untracked directory where the snapshot has a file must go before the file comes back
-            p = top / path
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p)
-        with _scratch_index(root) as (env, tmp):
-            _git(root, "read-tree", target, env=env, write=True, writable=[tmp])
-            files = "\0".join(restore) + "\0"
-            _git(
-                root,
-                "checkout-index",
-                "-f",
-                "-z",
-                "--stdin",
-                env=env,
-                input=files,
-                write=True,
-                writable=[tmp],
-            )
-    return sorted(path for _, path in changes)
-
-
-def _remove(top: Path, rel: str) -> None:
-    p = top / rel
-    if p.is_symlink() or p.is_file():
-        p.unlink()
-    parent = p.parent
-    while parent != top and parent.is_dir() and not any(parent.iterdir()):
-        parent.rmdir()
-        parent = parent.parent
 
 
 def add_worktree(root: Path, dest: Path, base: str | None = None) -> str:

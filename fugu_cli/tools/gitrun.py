@@ -2,19 +2,22 @@
 
 Every call gets `core.fsmonitor` off, hooks pointed at /dev/null (no hook can exist there), no pager, no
 auto-gc, the filter/merge drivers the repository's own config defines emptied and its signing programs
-unused. It runs in the sandbox (read-only unless it writes) with the minimal environment. Callers add
-`--no-ext-diff --no-textconv` to diffs. Used by git.py and listing.py; knows nothing of tools or checkpoints.
+unused, submodules never entered. It runs in the sandbox (read-only unless it writes) with the minimal
+environment. Callers add `--no-ext-diff --no-textconv` to diffs. The only module that starts `git` (a test
+holds every other module to that); knows nothing of tools or checkpoints.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from fugu_cli.errors import FuguError
+from fugu_cli.tools import gitindex
 from fugu_cli.tools import sandbox as sb
 
 TIMEOUT_S = 600.0
@@ -26,6 +29,12 @@ SAFE_CONFIG = (
     "maintenance.auto=false",
     "credential.helper=",
     "core.askPass=",
+    # a folder that merely looks like a bare repository (HEAD, objects/, refs/, config) is not one
+    "safe.bareRepository=explicit",
+    # a submodule's status runs git inside it, with its own config: fugu never looks inside submodules
+    "diff.ignoreSubmodules=all",
+    "status.submoduleSummary=false",
+    "submodule.recurse=false",
 )
 # repo-defined drivers whose commands git would run: <section>.<driver>.<key>
 _DRIVER_KEYS = {
@@ -34,7 +43,19 @@ _DRIVER_KEYS = {
     "merge": ("driver",),
 }
 _UNTRUSTED_SCOPES = ("local", "worktree")
-_cache: dict[tuple[str, tuple[float, ...]], tuple[str, ...]] = {}
+_Stamp = tuple[object, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Scan:
+    """What one reading of a repository's config found, and the files whose change would change it."""
+
+    stamp: _Stamp
+    watched: tuple[Path, ...]  # config files git read and the files its includes name (even missing ones)
+    settings: tuple[str, ...]
+
+
+_cache: dict[str, _Scan] = {}
 _cache_lock = threading.Lock()
 
 
@@ -42,36 +63,97 @@ class GitError(FuguError):
     """A git command failed; the message carries git's own words."""
 
 
-def _config_files(cwd: Path) -> list[Path]:
-    return [d / name for d in sb.git_dirs(cwd) for name in ("config", "config.worktree")]
+def _resolution_files(cwd: Path) -> list[Path]:
+    """The files that decide which git directories, and so which config files, git uses from `cwd`: the
+    `.git` entry it finds, each git directory's `commondir`, `config`, `config.worktree` and `HEAD` (an
+    `includeIf "onbranch:"` depends on it)."""
+    top = next((d for d in (cwd, *cwd.parents) if os.path.lexists(d / ".git")), None)
+    if top is None:
+        return []
+    names = ("commondir", "config", "config.worktree", "HEAD")
+    paths = [top / ".git", *(d / name for d in sb.git_dirs(top) for name in names)]
+    return [Path(os.path.normpath(p)) for p in paths]
 
 
-def _mtimes(cwd: Path) -> tuple[float, ...]:
-    out: list[float] = []
-    for path in _config_files(cwd):
+def _stamp(paths: Sequence[Path]) -> _Stamp:
+    out: list[object] = []
+    for path in paths:
         try:
-            out.append(path.stat().st_mtime_ns)
+            st = path.lstat()
         except OSError:
-            out.append(-1)
+            out.append((str(path), None))
+            continue
+        content = b""
+        if path.name in (".git", "commondir") and st.st_size <= 4096 and not path.is_dir():
+            try:
+                content = path.read_bytes()  # a rewritten gitdir pointer can keep its mtime and size
+            except OSError:
+                content = b"?"
+        out.append((str(path), st.st_ino, st.st_mtime_ns, st.st_size, st.st_mode, content))
     return tuple(out)
 
 
 def neutralizers(cwd: Path) -> tuple[str, ...]:
-    """`-c` settings that empty every command the repository's own config names for a driver."""
-    key = (str(cwd.resolve()), _mtimes(cwd))
+    """`-c` settings that empty every command the repository's own config names for a driver.
+
+    The reading is kept until any file git would read for it changes: the gitdir pointers (`.git`,
+    `commondir`), every config file, every file an include names (also one that does not exist yet).
+    """
+    where = str(cwd.resolve())
     with _cache_lock:
-        if key in _cache:
-            return _cache[key]
-    proc = _raw(cwd, ["config", "--list", "-z", "--show-scope", "--includes"], write=False)
+        known = _cache.get(where)
+    base = _resolution_files(cwd)
+    watched = known.watched if known else ()
+    stamp = _stamp(
+        [*base, *watched]
+    )  # taken before reading, so a change during the reading is seen next time
+    if known is not None and known.stamp == stamp:
+        return known.settings
+    settings, read = _scan(cwd)
+    extra = tuple(p for p in read if p not in base)  # included files: stamped only once known
+    # an included file first seen now was not stamped before this reading: the next call reads again
+    trusted = set(extra) <= set(watched)
+    with _cache_lock:
+        _cache[where] = _Scan(stamp if trusted else (), extra, settings)
+    return settings
+
+
+def _scan(cwd: Path) -> tuple[tuple[str, ...], tuple[Path, ...]]:
+    proc = _raw(cwd, ["config", "--list", "-z", "--show-scope", "--show-origin", "--includes"], write=False)
     found: list[str] = []
-    entries = proc.stdout.split("\0")  # "scope\0name\nvalue\0" per entry
-    for scope, item in zip(entries[0::2], entries[1::2], strict=False):
-        if scope in _UNTRUSTED_SCOPES:
-            found.extend(_neutral(item.split("\n", 1)[0]))
-    result = tuple(dict.fromkeys(found))
-    with _cache_lock:
-        _cache[key] = result
-    return result
+    watched: list[Path] = []
+    entries = proc.stdout.split("\0")  # "scope\0origin\0name\nvalue\0" per entry
+    for scope, origin, item in zip(entries[0::3], entries[1::3], entries[2::3], strict=False):
+        if scope not in _UNTRUSTED_SCOPES:
+            continue
+        name, _, value = item.partition("\n")
+        source = Path(origin.removeprefix("file:")) if origin.startswith("file:") else None
+        if source is not None:
+            watched.append(Path(os.path.normpath(cwd / source)))
+            lowered = name.lower()
+            if lowered.startswith(("include.", "includeif.")) and lowered.endswith(".path") and value:
+                target = Path(os.path.expanduser(value))
+                path = target if target.is_absolute() else (cwd / source).parent / target
+                watched.append(Path(os.path.normpath(path)))
+        found.extend(_neutral(name))
+    return tuple(dict.fromkeys(found)), tuple(dict.fromkeys(watched))
+
+
+def submodules(index: Path, git_dir: Path) -> set[str]:
+    """The paths of the submodule entries (gitlinks) in `index`. fugu's git leaves them out of `git add`:
+    git checks a submodule by running git inside it, with the submodule's own config (whose filters are
+    not the ones emptied here)."""
+    try:
+        return gitindex.gitlinks(index, gitindex.hash_size(git_dir), shared_dir=index.parent)
+    except FileNotFoundError:
+        return set()
+    except (OSError, ValueError) as e:
+        raise GitError(f"cannot read the index {index}: {e}") from e
+
+
+def excluding(paths: set[str]) -> list[str]:
+    """Pathspecs that leave `paths` out."""
+    return [f":(exclude,top,literal){p}" for p in sorted(paths)]
 
 
 def _neutral(name: str) -> list[str]:
@@ -154,7 +236,7 @@ def git(
         env=env,
         input=input,
         writable=writable,
-        extra_config=neutralizers(cwd) if sb.git_dirs(cwd) else (),
+        extra_config=neutralizers(cwd),
         cancel=cancel,
     )
     if check and proc.returncode != 0:

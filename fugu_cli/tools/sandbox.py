@@ -12,18 +12,18 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import selectors
-import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal
 
+from fugu_cli.tools import gitguard, hidden
 from fugu_cli.tools.env import minimal_env
+from fugu_cli.tools.waiting import kill_tree as kill_tree
+from fugu_cli.tools.waiting import wait
 
 if TYPE_CHECKING:
     from fugu_cli.config import SandboxSettings
@@ -31,25 +31,16 @@ if TYPE_CHECKING:
 SandboxMode = Literal["read-only", "workspace-write", "off"]
 log = logging.getLogger("fugu.sandbox")
 
-# Credential stores under $HOME that commands never need to read in a coding task.
-DEFAULT_HIDE = (
-    "~/.ssh",
-    "~/.aws",
-    "~/.gnupg",
-    "~/.netrc",
-    "~/.git-credentials",
-    "~/.config/gh",
-    "~/.docker/config.json",
-    "~/.kube",
-    "~/.pypirc",
-)
+DEFAULT_HIDE = hidden.CREDENTIALS
 # Inside a writable workspace these stay read-only: they would run code or change fugu's settings later.
-PROTECTED = (".git/hooks", ".git/config", ".git/worktrees", ".fugu", ".mcp.json", ".claude")
+# (The git directories get a guarded view of their own: gitguard.py.)
+PROTECTED = (".fugu", ".mcp.json", ".claude")
 
 
 @dataclass(frozen=True)
 class SandboxPolicy:
-    """How commands run: `[sandbox]` in config. `writable` and `hide` take paths (`~` is expanded)."""
+    """How commands run: `[sandbox]` in config. `writable` and `hide` take paths (`~` is expanded); `hide`
+    is the whole list (the maintained one plus what config adds)."""
 
     mode: SandboxMode = "workspace-write"
     allow_network: bool = False
@@ -70,6 +61,7 @@ class Finished:
     timed_out: bool = False
     cancelled: bool = False
     sandboxed: bool = False
+    notes: tuple[str, ...] = ()  # what the sandbox undid after the command (a change to .git it refused)
 
 
 @dataclass
@@ -90,7 +82,7 @@ def policy_from_config(settings: SandboxSettings) -> SandboxPolicy:
         allow_network=settings.allow_network,
         pass_env=tuple(settings.pass_env),
         writable=tuple(settings.writable),
-        hide=DEFAULT_HIDE if settings.hide is None else tuple(settings.hide),
+        hide=tuple(dict.fromkeys([*DEFAULT_HIDE, *(settings.hide or ())])),
     )
 
 
@@ -147,14 +139,11 @@ def _probe(binary: str | None) -> str | None:
     return None
 
 
-def _expand(path: str | Path) -> Path:
-    return Path(os.path.expanduser(str(path))).absolute()
-
-
-def _hidden(policy: SandboxPolicy) -> list[Path]:
+def _hidden(policy: SandboxPolicy, fugu_own: bool = True) -> list[Path]:
     from fugu_cli.config import fugu_home, user_config_path
 
-    paths = [fugu_home(), user_config_path().parent, *(_expand(p) for p in policy.hide)]
+    own = [fugu_home(), user_config_path().parent] if fugu_own else []
+    paths = [*own, *hidden.expand_all(policy.hide)]
     return [p for p in dict.fromkeys(paths) if p.exists() and p != Path("/")]
 
 
@@ -193,56 +182,70 @@ def bwrap_options(
     protect: bool = True,
     whole_fs: bool = False,
     readable: Sequence[Path] = (),
+    git_view: Sequence[str] | None = None,
 ) -> list[str]:
     """bwrap's options (everything before `--`) for a command working in `workspace`.
 
     `whole_fs` (git's worktree bookkeeping, which must see every worktree wherever it is) keeps the real
-    /tmp and hides nothing; the filesystem stays read-only outside the binds. `readable`: folders under /tmp
-    the command must still see, read-only (fugu's own Python environment always is, so a hook or server that
-    uses the tools installed beside fugu finds them wherever that environment lives).
+    /tmp, FUGU_HOME and the user config visible; the filesystem stays read-only outside the binds.
+    `readable`: folders under /tmp or a socket folder the command must still see, read-only (fugu's own
+    Python environment always is). `protect` (every command but fugu's own git) keeps the git directories
+    to `git_view` (gitguard's options; by default read-only) and `.fugu`, `.mcp.json`, `.claude` read-only.
     """
     opts = ["--unshare-all", "--die-with-parent", "--new-session"]
     if policy.allow_network:
         opts.append("--share-net")
     opts += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    opts += [] if whole_fs else ["--tmpfs", "/tmp"]
-    if not whole_fs:
-        tmp = Path("/tmp").resolve()
-        seen = [Path(p).resolve() for p in _own_environment()] + [Path(p).resolve() for p in readable]
-        for p in dict.fromkeys(p for p in seen if p.is_relative_to(tmp) and p != tmp and p.exists()):
-            opts += ["--ro-bind", str(p), str(p)]
-    hidden = [] if whole_fs else _hidden(policy)
+    opts += _masks(policy, whole_fs, readable)
     write = policy.mode == "workspace-write"
     gits = git_dirs(workspace)
-    binds: dict[Path, bool] = {}
+    binds: dict[Path, bool] = {workspace.resolve(): write}
+    tops = [hidden.expand(p) for p in policy.extra_roots]  # --add-dir: bound and guarded like the workspace
     for path, rw in [
-        (workspace.resolve(), write),
-        *((g, write) for g in gits),
-        *((_expand(p), write) for p in (*policy.writable, *policy.extra_roots)),
+        *((g, write and not protect) for g in gits),
+        *((top, write) for top in tops),
+        *((hidden.expand(p), write) for p in policy.writable),
         *((Path(p).resolve(), True) for p in writable),
     ]:
         binds[path] = binds.get(path, False) or rw
+    hide_now = _hidden(policy, fugu_own=not whole_fs)
 
     def hide(p: Path) -> list[str]:
         return ["--tmpfs", str(p)] if p.is_dir() else ["--ro-bind", "/dev/null", str(p)]
 
-    holds = {h: any(_inside(b, h) for b in binds) for h in hidden}
-    for h in hidden:  # first the hidden folders that hold a bound path (ultra worktrees under FUGU_HOME)
+    holds = {h: any(_inside(b, h) for b in binds) for h in hide_now}
+    for h in hide_now:  # first the hidden folders that hold a bound path (ultra worktrees under FUGU_HOME)
         if holds[h]:
             opts += hide(h)
     for b, rw in binds.items():
         opts += ["--bind" if rw else "--ro-bind", str(b), str(b)]
-    for h in hidden:  # then the rest, and any hidden folder inside a bound one
+    if write and protect:
+        opts += list(git_view) if git_view is not None else gitguard.read_only(gits, workspace / ".git")
+        opts += [o for top in tops for o in gitguard.read_only(git_dirs(top), top / ".git")]
+    for h in hide_now:  # then the rest, and any hidden folder inside a bound one
         if not holds[h] or any(_inside(h, b) and h != b for b in binds):
             opts += hide(h)
+    for f in hidden.socket_folders():  # a socket folder inside an added folder stays empty there too
+        if any(_inside(f, t) and f != t for t in tops):
+            opts += ["--tmpfs", str(f)]
     if write and protect:
-        tops = [workspace.resolve(), *(_expand(p) for p in policy.extra_roots)]
-        gits += [g for top in tops[1:] for g in git_dirs(top)]
-        guarded = [top / rel for top in tops for rel in PROTECTED]
-        guarded += [g / name for g in gits for name in ("hooks", "config")]
-        for p in dict.fromkeys(guarded):
+        for p in dict.fromkeys(top / rel for top in [workspace.resolve(), *tops] for rel in PROTECTED):
             if p.exists():
                 opts += ["--ro-bind", str(p), str(p)]
+    return opts
+
+
+def _masks(policy: SandboxPolicy, whole_fs: bool, readable: Sequence[Path]) -> list[str]:
+    """An empty /tmp (unless `whole_fs`) and empty socket folders, then what must show through them."""
+    masked: list[Path] = [] if whole_fs else [Path("/tmp").resolve()]
+    masked += [p for p in hidden.socket_folders() if p not in masked]
+    opts = [o for m in masked for o in ("--tmpfs", str(m))]
+    seen = [Path(p).resolve() for p in [*_own_environment(), *map(str, readable)]]
+    if policy.allow_network:  # /etc/resolv.conf is often a link into /run/systemd/resolve
+        seen.append(Path("/etc/resolv.conf").resolve())
+    for p in dict.fromkeys(seen):
+        if p.exists() and any(p.is_relative_to(m) and p != m for m in masked):
+            opts += ["--ro-bind", str(p), str(p)]
     return opts
 
 
@@ -259,12 +262,14 @@ def spawn(
     protect: bool = True,
     whole_fs: bool = False,
     readable: Sequence[Path] = (),
+    git_view: Sequence[str] | None = None,
 ) -> tuple[subprocess.Popen[bytes], bool]:
     """Start `argv` in `cwd` inside the sandbox; return (process, sandboxed).
 
     The process leads a new session (no terminal) and gets `minimal_env()` plus `env`. Stop it with
     `kill_tree`. bwrap kills the sandbox when the thread that started it ends (PR_SET_PDEATHSIG), so a
-    long-lived process (an MCP server) must be spawned from a thread that outlives it.
+    long-lived process (an MCP server) must be spawned from a thread that outlives it. Its git
+    directories are read-only (`run` gives a command gitguard's view instead: `git_view`).
     """
     policy = policy or default_policy()
     full_env = minimal_env(policy.pass_env, env, network=policy.allow_network)
@@ -283,13 +288,14 @@ def spawn(
             start_new_session=True,
         )
         return proc, False
-    options = bwrap_options(policy, cwd, writable, protect, whole_fs, readable)
+    options = bwrap_options(policy, cwd, writable, protect, whole_fs, readable, git_view)
     options += ["--chdir", str(cwd.resolve())]
-    read_fd, write_fd = os.pipe()
+    # options go through a file descriptor: the sandbox's /proc/1/cmdline shows none of fugu's paths (a
+    # memfd, not a pipe, so no number of options can fill a pipe nobody reads yet)
+    read_fd = os.memfd_create("fugu-bwrap-args", 0)
     try:
-        # options go through a pipe: the sandbox's /proc/1/cmdline shows none of fugu's paths
-        os.write(write_fd, b"".join(os.fsencode(o) + b"\0" for o in options))
-        os.close(write_fd)
+        os.write(read_fd, b"".join(os.fsencode(o) + b"\0" for o in options))
+        os.lseek(read_fd, 0, os.SEEK_SET)
         proc = subprocess.Popen(
             [binary, "--args", str(read_fd), "--", *argv],
             cwd=cwd,
@@ -312,19 +318,6 @@ def _say_once(reason: str) -> None:
             log.warning("sandbox unavailable: %s", reason)
 
 
-def kill_tree(proc: subprocess.Popen[bytes]) -> None:
-    """Kill the command and everything it started (the sandbox's PID namespace dies with its init)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.kill()
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
 def run(
     argv: Sequence[str],
     *,
@@ -345,108 +338,42 @@ def run(
     Output is collected (stderr into `output` when `merge_stderr`), or streamed to `sink` instead.
     Used by the shell tool, fugu's git calls, eval checks, hooks: one way to start a command.
     """
-    proc, sandboxed = spawn(
-        argv,
-        cwd=cwd,
-        policy=policy,
-        writable=writable,
-        env=env,
-        stdin=subprocess.DEVNULL if input is None else subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-        protect=protect,
-        whole_fs=whole_fs,
-    )
+    policy = policy or default_policy()
+    guard = _git_guard(policy, cwd) if protect else None
     out, err = bytearray(), bytearray()
-    feeder = _feed(proc, input) if input is not None else None
-    deadline = None if timeout is None else time.monotonic() + timeout
     try:
-        ending = _pump(proc, deadline, cancel, sink or out.extend, err.extend)
+        proc, sandboxed = spawn(
+            argv,
+            cwd=cwd,
+            policy=policy,
+            writable=writable,
+            env=env,
+            stdin=subprocess.DEVNULL if input is None else subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+            protect=protect,
+            whole_fs=whole_fs,
+            git_view=guard.options if guard else None,
+        )
+        ending = wait(proc, input, timeout, cancel, sink or out.extend, err.extend)
     finally:
-        # also on KeyboardInterrupt: nothing the command started may outlive the call
-        kill_tree(proc)
-        for pipe in (proc.stdout, proc.stderr, proc.stdin):
-            if pipe is not None:
-                pipe.close()
-        if feeder is not None:
-            feeder.join(timeout=1)
+        # the command has ended (or failed to start): only now may what it left in .git come back
+        notes = guard.settle() if guard else []
     code = None if ending else proc.returncode
     return Finished(
-        bytes(out), bytes(err), code, ending == "timeout", ending == "cancel", sandboxed=sandboxed
+        bytes(out),
+        bytes(err),
+        code,
+        ending == "timeout",
+        ending == "cancel",
+        sandboxed=sandboxed,
+        notes=tuple(notes),
     )
 
 
-def _feed(proc: subprocess.Popen[bytes], data: bytes) -> threading.Thread:
-    def write() -> None:
-        assert proc.stdin is not None
-        try:
-            proc.stdin.write(data)
-            proc.stdin.close()
-        except (BrokenPipeError, ValueError, OSError):
-            pass
-
-    thread = threading.Thread(target=write, daemon=True, name="fugu-stdin")
-    thread.start()
-    return thread
-
-
-_DRAIN_S = 0.5
-
-
-def _pump(
-    proc: subprocess.Popen[bytes],
-    deadline: float | None,
-    cancel: threading.Event | None,
-    on_out: Callable[[bytes], None],
-    on_err: Callable[[bytes], None],
-) -> Literal["timeout", "cancel", ""]:
-    """Read the command's pipes until it exits and they close; say why it was cut short, if it was.
-
-    The exit is watched through a pidfd where Linux has one, so a short command costs no polling delay.
-    """
-    exit_fd = _pidfd(proc.pid)
-    with selectors.DefaultSelector() as sel:
-        open_pipes = 0
-        for pipe, sink in ((proc.stdout, on_out), (proc.stderr, on_err)):
-            if pipe is not None:
-                sel.register(pipe, selectors.EVENT_READ, sink)
-                open_pipes += 1
-        if exit_fd is not None:
-            sel.register(exit_fd, selectors.EVENT_READ, None)
-        exited_at: float | None = None
-        try:
-            while True:
-                now = time.monotonic()
-                if cancel is not None and cancel.is_set():
-                    return "cancel"
-                if deadline is not None and now >= deadline:
-                    return "timeout"
-                if exited_at is None and proc.poll() is not None:
-                    exited_at = now
-                if open_pipes == 0 and exited_at is not None:
-                    return ""
-                if exited_at is not None and now - exited_at > _DRAIN_S:
-                    return ""  # an unsandboxed background child still holds the pipe; the caller kills it
-                if not sel.get_map():
-                    time.sleep(0.01)  # no pidfd and the pipes are closed: wait for the exit
-                    continue
-                for key, _ in sel.select(timeout=0.05):
-                    if key.data is None:  # the pidfd: the process has exited
-                        sel.unregister(key.fileobj)
-                        continue
-                    chunk = os.read(key.fd, 65536)
-                    if chunk:
-                        key.data(chunk)
-                    else:
-                        sel.unregister(key.fileobj)
-                        open_pipes -= 1
-        finally:
-            if exit_fd is not None:
-                os.close(exit_fd)
-
-
-def _pidfd(pid: int) -> int | None:
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
+def _git_guard(policy: SandboxPolicy, cwd: Path) -> gitguard.Guard | None:
+    """A guarded view of the git directories for a writable sandboxed command (None where none applies)."""
+    if policy.mode != "workspace-write" or _probe(bwrap_binary()) is not None:
         return None
+    gits = git_dirs(cwd)
+    return gitguard.guard(gits, cwd.resolve()) if gits else None

@@ -49,7 +49,7 @@ def shell(inv: Invocation, command: str, timeout_s: float | None = None) -> str:
         cancel=inv.ctx.cancel,
         sink=capture,
     )
-    output = capture.text()
+    output = "\n".join(part for part in (capture.text(), *done.notes) if part)
     notice = sb.take_notice()
     if notice:
         output = f"{notice}\n{output}" if output else notice

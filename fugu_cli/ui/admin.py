@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fugu_cli.errors import FuguError, UsageError
-from fugu_cli.ui.phrases import err, tool_summary
+from fugu_cli.ui.phrases import err, record_text, tool_summary
 
 if TYPE_CHECKING:
     from fugu_cli.calls import Condition
@@ -157,6 +157,12 @@ def sessions_show(session_id: str) -> int:
                 if (c.turn, c.step, c.agent) == (s.turn, s.step, s.worker):
                     flag = " denied" if c.denied else (" error" if c.is_error else "")
                     print(f"    {c.agent}: {tool_summary(c.tool, c.arguments)}{flag}")
+    for note in dict.fromkeys(n.text for n in store.notes(row.id)):
+        print(f"not honoured: {note}")
+    numbers: dict[int, int] = {}
+    for turn, attempt in store.attempts(row.id):
+        numbers[turn] = numbers.get(turn, 0) + 1
+        print(f"turn {turn} attempt {numbers[turn]}: {record_text(attempt)}")
     return 0
 
 
@@ -184,30 +190,28 @@ def sessions_export(session_id: str, fmt: str, out: Path | None) -> int:
 
 
 def router_train(opts: TrainOptions) -> int:
-    """`fugu router train`: the stages, with a progress bar for stage 2 on stderr."""
+    """`fugu router train`: the stages, with a progress bar (and the time left) on stderr."""
     from fugu_cli.router.commands import train_command
+    from fugu_cli.ui.train_bar import TrainBar
 
     generations = opts.stage2.es.generations
-    tty = sys.stderr.isatty()
+    bar = TrainBar(tty=sys.stderr.isatty())
 
     def on_generation(g: GenerationStats) -> None:
-        done = g.generation + 1
-        bar = "█" * (20 * done // generations)
-        line = (
-            f"es [{bar:<20}] generation {done}/{generations} · best {g.best:.4f} · "
-            f"mean {g.mean:.4f} · incumbent {g.incumbent:.4f} · σ {g.sigma:.4f}"
-        )
-        print(("\r" + line) if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
+        detail = f"best {g.best:.4f} · incumbent {g.incumbent:.4f} · σ {g.sigma:.3f}"
+        bar.update("stage 2 generation", g.generation + 1, generations, detail)
+
+    def on_log(message: str) -> None:
+        bar.end()
+        print(message, file=sys.stderr, flush=True)
 
     try:
-        result = train_command(
-            opts, on_log=lambda m: print(m, file=sys.stderr, flush=True), on_generation=on_generation
-        )
+        result = train_command(opts, on_log=on_log, on_generation=on_generation, on_progress=bar.update)
     except FuguError as e:
+        bar.end()
         err(str(e))
         return e.exit_code
-    if tty and result.history:
-        print(file=sys.stderr)
+    bar.end()
     print(f"router checkpoint written to {result.checkpoint} (fugu router info {result.checkpoint})")
     return 0
 
@@ -227,10 +231,12 @@ class EvalRequest:
     skip_train_rows: bool = False
     prices: Path | None = None
     lambdas: tuple[float, ...] = ()
+    verifier_accuracy: float = 0.9
+    worlds: int = 5
 
 
 def router_eval(req: EvalRequest) -> int:
-    from fugu_cli.router.commands import EvalOptions, eval_command
+    from fugu_cli.router.eval_command import EvalOptions, eval_command
     from fugu_cli.router.report import render_text
 
     if not req.router.exists():
@@ -249,6 +255,8 @@ def router_eval(req: EvalRequest) -> int:
         skip_train_rows=req.skip_train_rows,
         prices=req.prices,
         lambdas=req.lambdas,
+        verifier_accuracy=req.verifier_accuracy,
+        worlds=req.worlds,
     )
     try:
         report = eval_command(opts)

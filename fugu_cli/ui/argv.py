@@ -24,6 +24,7 @@ RUN_FLAGS = frozenset(
         "--debug",
         "--no-repo-map",
         "--strict-mcp-config",
+        "--await-initialize",
         "--version",
         "--help",
     }

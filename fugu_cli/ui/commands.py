@@ -250,7 +250,7 @@ def _ledgers(session: Session) -> list[Ledger]:
 def _trace(ctx: Context, arg: str) -> None:
     from rich.text import Text
 
-    from fugu_cli.ui.phrases import tool_summary
+    from fugu_cli.ui.phrases import record_text, tool_summary
 
     ledgers = [(ledger, ledger.steps(), ledger.tool_calls()) for ledger in _ledgers(ctx.session)]
     if not any(steps for _, steps, _ in ledgers):
@@ -279,6 +279,12 @@ def _trace(ctx: Context, arg: str) -> None:
                             cmd = h.command if len(h.command) <= 60 else f"{h.command[:28]}…{h.command[-28:]}"
                             said = f"      hook {h.event} `{cmd}` {ran}: {h.outcome}"
                             ctx.console.print(said, overflow="fold", markup=False, style="dim")
+    numbers: dict[int, int] = {}
+    for turn, attempt in ctx.session.ledger.attempts():
+        numbers[turn] = numbers.get(turn, 0) + 1
+        style = "green" if attempt.passed else "yellow"
+        text = f"turn {turn} attempt {numbers[turn]}: {record_text(attempt)}"
+        ctx.console.print(text, overflow="fold", markup=False, style=style)
 
 
 def _diff(ctx: Context, arg: str) -> None:
@@ -379,6 +385,23 @@ def _ultra(ctx: Context, arg: str) -> None:
         _say(ctx, "ultra mode is off: the router picks a worker for each step (/ultra on)")
 
 
+def _check(ctx: Context, arg: str) -> None:
+    session = ctx.session
+    if arg == "off":
+        session.set_check(None)
+    elif arg:
+        session.set_check(arg)  # a command that cannot work is refused (said in red by dispatch)
+    check = session.settings().check
+    if check is None:
+        _say(ctx, "no check: a turn ends when its worker says it is done (/check CMD to judge attempts)")
+    else:
+        _say(
+            ctx,
+            f"check: `{check.command}` judges each attempt; a failed one is set aside and the next worker "
+            "tries (/check off)",
+        )
+
+
 def _memory(ctx: Context, arg: str) -> None:
     session = ctx.session
     files, budget = session.instruction_files()
@@ -451,6 +474,12 @@ COMMANDS: dict[str, Command] = {
         Command("sessions", "", "recent sessions", _sessions),
         Command("resume", "ID", "switch to a past session", _resume),
         Command("ultra", "on|off", "let a conductor plan a multi-worker workflow for each turn", _ultra),
+        Command(
+            "check",
+            "CMD|auto|off",
+            "judge each attempt by CMD; escalate to the next worker when it fails",
+            _check,
+        ),
         Command("memory", "", "the instruction files loaded, and what ultra mode's agents learned", _memory),
         Command("mcp", "", "the MCP servers: status and tools", _mcp),
         Command("add-dir", "[DIR]", "let the tools reach a folder beside the repository too", _add_dir),

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
 import tempfile
 from importlib import resources
 from pathlib import Path
@@ -20,8 +19,10 @@ def load_demo() -> dict[str, Any]:
     return data
 
 
-def _git(root: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+def _git(root: Path, *args: str, write: bool = True) -> str:
+    from fugu_cli.tools.gitrun import git
+
+    return git(root, *args, write=write).stdout
 
 
 def make_repo(root: Path, files: dict[str, str]) -> None:
@@ -63,7 +64,7 @@ def main(router: str | None, keep: bool) -> int:
     print(f"task: {demo['task']}\n")
     result = session.run_turn(demo["task"], Renderer(make_console(), compact=True).on_event)
     print(f"\n{result.result}\n")
-    diff = subprocess.run(["git", "diff"], cwd=repo, capture_output=True, text=True).stdout
+    diff = _git(repo, "diff", "--no-ext-diff", "--no-textconv", write=False)
     print(diff)
     print(f"see who did what: fugu sessions show {result.session_id}")
     if not keep:

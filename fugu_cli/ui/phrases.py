@@ -7,8 +7,15 @@ from __future__ import annotations
 import json
 import sys
 
-from fugu_cli.events import Event, WorkflowPlanned, WorkflowStepFinished, WorkflowStepStarted
-from fugu_cli.types import RouteDecision
+from fugu_cli.events import (
+    AttemptChecked,
+    AttemptStarted,
+    Event,
+    WorkflowPlanned,
+    WorkflowStepFinished,
+    WorkflowStepStarted,
+)
+from fugu_cli.types import AttemptRecord, RouteDecision
 
 
 def err(text: str) -> None:
@@ -71,3 +78,26 @@ def workflow_line(event: Event) -> str | None:
         took = f"{event.elapsed_s:.1f} s · ${event.cost_usd:.4f}"
         return f"{mark} step {event.step} · {event.worker} · {event.status} · {took}"
     return None
+
+
+def attempt_line(event: Event) -> str | None:
+    """An attempt starting (`◇ attempt 2 · strong · escalates after cheap failed the check`) or judged
+    (`✗ attempt 1 · cheap · check failed (exit 1) · $0.0012 · set aside as refs/...`)."""
+    if isinstance(event, AttemptStarted):
+        why = f" · {event.reason}" if event.reason else ""
+        return f"◇ attempt {event.attempt} · {event.worker}{why}"
+    if isinstance(event, AttemptChecked):
+        return f"{'✓' if event.record.passed else '✗'} attempt {event.attempt} · {record_text(event.record)}"
+    return None
+
+
+def record_text(r: AttemptRecord) -> str:
+    """`cheap · check failed (exit 1) · $0.0012 · set aside as refs/fugu/...`: an attempt and its evidence."""
+    judge = {"check": "check", "worker-test": "own tests"}.get(r.evidence, "evidence")
+    code = f" (exit {r.exit_code})" if r.exit_code is not None else ""
+    parts = [r.worker, f"{judge} {r.check}{code}", f"${r.cost_usd:.4f}"]
+    if r.evidence == "worker-test" and r.command:
+        parts.insert(2, f"$ {r.command[:60]}")
+    if r.set_aside:
+        parts.append(f"set aside as {r.set_aside}")
+    return " · ".join(parts)

@@ -26,7 +26,7 @@ from fugu_cli.events import (
     WorkflowAgentEvent,
 )
 from fugu_cli.types import RouteDecision
-from fugu_cli.ui.phrases import route_reasons, tool_summary, workflow_line
+from fugu_cli.ui.phrases import attempt_line, route_reasons, tool_summary, workflow_line
 
 
 def stderr_line(text: str) -> None:
@@ -65,7 +65,7 @@ class ProgressLines:
                 sub = self._steps[event.step] = ProgressLines(self.write, f"{self.prefix}  [{event.step}] ")
             sub.on_event(event.inner)
             return
-        line = workflow_line(event)
+        line = workflow_line(event) or attempt_line(event)
         if line:
             self._line(line)
         elif isinstance(event, SessionStarted) and self.waiting:

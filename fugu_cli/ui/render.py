@@ -19,6 +19,8 @@ from rich.text import Text
 
 from fugu_cli.events import (
     AssistantMessage,
+    AttemptChecked,
+    AttemptStarted,
     Compacted,
     Event,
     Notice,
@@ -38,7 +40,7 @@ from fugu_cli.events import (
 )
 from fugu_cli.tools import ApprovalRequest
 from fugu_cli.types import Message, RouteDecision, ToolCall, ToolResult, TurnResult, Usage
-from fugu_cli.ui.phrases import route_reasons, tool_summary, workflow_line
+from fugu_cli.ui.phrases import attempt_line, route_reasons, tool_summary, workflow_line
 from fugu_cli.ui.progress import ProgressLines, compacted_line
 from fugu_cli.ui.prompt import ATTACHMENTS
 
@@ -180,6 +182,12 @@ class Renderer:
             event, (WorkflowPlanned, WorkflowStepStarted, WorkflowStepFinished, WorkflowAgentEvent)
         ):
             self._workflow(event)
+        elif isinstance(event, AttemptStarted | AttemptChecked):
+            self.pause()
+            line = attempt_line(event) or ""
+            passed = isinstance(event, AttemptChecked) and event.record.passed
+            style = "bold" if isinstance(event, AttemptStarted) else ("green" if passed else "yellow")
+            self.console.print(Text(line, style=style), overflow="fold")
         elif isinstance(event, RouteChosen):
             self.pause()
             self.console.print(route_text(event.decision), overflow="ellipsis", no_wrap=True)

@@ -365,6 +365,8 @@ class Repl:
             return [*self._session.workers, "auto"]
         if command == "ultra":
             return ["on", "off"]
+        if command == "check":
+            return ["auto", "off"]
         if command == "resume":
             return [r.id for r in self._session.recent_sessions(20)]
         return []

@@ -9,6 +9,7 @@ Renders text (compact progress lines on stderr, the answer on stdout), json (one
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import sys
@@ -30,6 +31,7 @@ from fugu_cli.events import (
 from fugu_cli.options import RunOptions
 from fugu_cli.types import Image, TurnResult, Usage, WorkerUsage
 from fugu_cli.ui.custom import Prompted, described
+from fugu_cli.ui.initialize import InitializeAsks, leading_initialize, read_initialize, refusal
 from fugu_cli.ui.phrases import err
 from fugu_cli.ui.stop import GRACE_S, GaveUp, Stopper
 from fugu_cli.ui.stream import Asker, Controls, Inbox, LineWriter, UserTurn, stdin_lines
@@ -62,6 +64,7 @@ class Output:
     input_format: str = "text"  # text | stream-json
     ask_client: bool = False  # --permission-prompt-tool stdio: the client answers permission questions
     notes: tuple[str, ...] = ()  # flags honoured only partly: said once on stderr
+    await_initialize: bool = False  # --await-initialize: wait for the client's initialize before anything
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ class Flags:
     append_system_prompt: str | None = None
     prompt_tool: str | None = None
     partial: bool = False
+    permission_prompts: str | None = None  # --permission-prompts host|none: who answers the questions
 
 
 def settle(opts: RunOptions, out: Output, flags: Flags) -> tuple[RunOptions, Output]:
@@ -88,6 +92,10 @@ def settle(opts: RunOptions, out: Output, flags: Flags) -> tuple[RunOptions, Out
 
     if opts.worker and flags.model and flags.model != opts.worker:
         raise UsageError(f"--worker {opts.worker} and --model {flags.model} disagree; give one of them")
+    if flags.permission_prompts not in (None, "host", "none"):
+        raise UsageError(f"--permission-prompts {flags.permission_prompts}: choose host or none")
+    if flags.permission_prompts == "none" and flags.prompt_tool is not None:
+        raise UsageError("--permission-prompts none: nobody answers, so --permission-prompt-tool cannot ask")
     if flags.prompt_tool is not None and (flags.prompt_tool != "stdio" or out.input_format != "stream-json"):
         raise UsageError(
             f"--permission-prompt-tool {flags.prompt_tool}: fugu can ask only its stream-json client "
@@ -125,18 +133,19 @@ IMAGE_TASK = "--image goes with a task: fugu -p TASK --image FILE (in the REPL, 
 
 
 def main(opts: RunOptions, out: Output, flags: Flags | None = None) -> int:
+    given, asked, flags = opts, out, flags or Flags()
     try:
-        opts, out = settle(opts, out, flags or Flags())
+        opts, out = settle(opts, out, flags)
     except UsageError as e:
         err(str(e))
         return e.exit_code
+    if out.input_format == "stream-json":  # settled again once the client's initialize is read
+        if opts.images:
+            err(IMAGE_TASK)
+            return 2
+        return _guarded(lambda: _conversation(given, asked, flags))
     for note in out.notes:
         err(note)
-    if opts.images and out.input_format == "stream-json":
-        err(IMAGE_TASK)
-        return 2
-    if out.input_format == "stream-json":
-        return _guarded(lambda: _conversation(opts, out))
     task = readable(out.task)
     if not sys.stdin.isatty():
         piped = readable(sys.stdin.buffer.read())
@@ -191,23 +200,51 @@ def _one_shot(opts: RunOptions, out: Output, task: str) -> int:
     return stopper.code or EXIT_CODES[result.status]
 
 
-def _conversation(opts: RunOptions, out: Output) -> int:
-    """Turns from stdin until it ends (or a signal stops the run); the exit code is the last turn's."""
+def _conversation(given: RunOptions, out: Output, flags: Flags) -> int:
+    """Turns from stdin until it ends (or a signal stops the run); the exit code is the last turn's. A
+    leading `initialize` is read first: what it asks for shapes the session."""
     if out.format != "stream-json":
         raise UsageError("--input-format stream-json needs --output-format stream-json")
-    from fugu_cli.app import build_session
+    from fugu_cli.app import build_session, repo_root
 
     render = _Render(out.format, sys.stdout)
+    lines = iter(stdin_lines())
+    folders = (given.cwd, repo_root(given.cwd))
     stopper = Stopper()
-    asker = Asker(render.lines, stopper.interrupt) if out.ask_client else None
-    session = build_session(opts, approver=asker, router_process=True)
-    if asker is None:
-        _say_refusals(session, opts)
-    else:
-        render.observers.append(asker.see)
-    code = 0
     with stopper.installed():
-        inbox = Inbox(stdin_lines(), render.lines, _controls(session, stopper, asker), asker).start()
+        wait = out.await_initialize or not out.task.strip()
+        head, request = (
+            leading_initialize(lines, out.await_initialize, lambda: stopper.code is not None)
+            if wait
+            else ([], None)
+        )
+        if stopper.code is not None:
+            return stopper.code
+        asks: InitializeAsks | None = None
+        if request is not None:
+            try:
+                asks = read_initialize(request.get("request") or {}, folders)
+            except UsageError as e:
+                render.lines.write(refusal(request, str(e)))
+                raise
+            flags = dataclasses.replace(
+                flags, disallowed_tools=(*flags.disallowed_tools, *asks.disallowed_tools)
+            )
+        opts, out = settle(given, out, flags)
+        opts = asks.fold(opts) if asks is not None else opts
+        for note in out.notes:
+            err(note)
+        asker = Asker(render.lines, stopper.interrupt) if out.ask_client else None
+        session = build_session(opts, approver=asker, router_process=True)
+        if asks is not None and asks.title:
+            session.deps.store.touch_session(session.id, title=asks.title)
+        if asker is None:
+            _say_refusals(session, opts)
+        else:
+            render.observers.append(asker.see)
+        code = 0
+        controls = _controls(session, stopper, asker, asks, folders)
+        inbox = Inbox(itertools.chain(head, lines), render.lines, controls, asker).start()
         pending: list[UserTurn] = [UserTurn(out.task)] if out.task.strip() else []
         while stopper.code is None:
             item = pending.pop(0) if pending else inbox.next(0.1)
@@ -284,7 +321,13 @@ def _slash(session: Session, text: str) -> Prompted | None:
     return dataclasses.replace(prompted, prompt=task)
 
 
-def _controls(session: Session, stopper: Stopper, asker: Asker | None) -> Controls:
+def _controls(
+    session: Session,
+    stopper: Stopper,
+    asker: Asker | None,
+    asks: InitializeAsks | None = None,
+    folders: tuple[Path, ...] = (),
+) -> Controls:
     from fugu_cli.app import worker_named
     from fugu_cli.options import permission_mode
 
@@ -312,6 +355,8 @@ def _controls(session: Session, stopper: Stopper, asker: Asker | None) -> Contro
             {"name": name, "description": help, "argumentHint": hint}
             for name, help, hint in described(session.root, session)
         ],
+        asks=asks,
+        folders=folders,
     )
 
 

@@ -3,8 +3,10 @@ thread, never interleaved), and with `--input-format stream-json` user messages 
 JSON lines on stdin. Control requests are answered at once, from the reader thread, even while a turn runs.
 
 Answered as Claude Code does: initialize, interrupt, set_permission_mode, set_model, mcp_status. Every other
-request gets an error response naming it (fugu runs no SDK hook callbacks and no background tasks). With
-`--permission-prompt-tool stdio`, fugu asks the client (the SDK's can_use_tool) before an edit or a command.
+request gets an error response naming it (fugu runs no SDK hook callbacks and no background tasks). The
+run reads a leading `initialize` before it builds the session (ui/initialize.py); one that comes later may
+only ask for what needs no session rebuilt. With `--permission-prompt-tool stdio`, fugu asks the client
+(the SDK's can_use_tool) before an edit or a command.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
 from fugu_cli import __version__
@@ -22,6 +25,7 @@ from fugu_cli.errors import UsageError
 from fugu_cli.events import Event, ToolStarted, WorkflowAgentEvent
 from fugu_cli.tools import Answer, ApprovalRequest
 from fugu_cli.types import Image, dumps
+from fugu_cli.ui.initialize import InitializeAsks, read_initialize
 from fugu_cli.ui.phrases import err
 
 
@@ -60,6 +64,8 @@ class Controls:
         set_model: Callable[[str | None], None],
         mcp_status: Callable[[], list[dict[str, str]]] = list,
         commands: Callable[[], list[dict[str, str]]] = list,
+        asks: InitializeAsks | None = None,
+        folders: tuple[Path, ...] = (),
     ) -> None:
         self.models = models
         self.interrupt = interrupt
@@ -67,6 +73,9 @@ class Controls:
         self.set_model = set_model
         self.mcp_status = mcp_status
         self.commands = commands
+        self.asks = asks  # the initialize the run read before building the session, if any
+        self.folders = folders
+        self._initialized = False
 
     def answer(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """The response to one control request; raises UsageError with the reason to refuse it."""
@@ -88,14 +97,18 @@ class Controls:
         raise UsageError(f"fugu does not support the {subtype!r} control request")
 
     def _initialize(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        if request.get("hooks"):
-            raise UsageError(
-                "fugu runs no SDK hook callbacks; start the query without hooks, and give fugu shell hooks "
-                "in its config ([[hooks.PreToolUse]]) or .claude/settings.json instead"
-            )
-        if request.get("agents"):
-            err("the SDK's agent definitions are ignored: fugu's router and conductor pick the workers")
-        return {
+        if self._initialized:
+            raise UsageError("fugu takes one initialize request, first on stdin; this is a second one")
+        self._initialized = True
+        asks = self.asks
+        if asks is None:  # it came after a user message: the session is built already
+            asks = read_initialize(request, self.folders)
+            if asks != InitializeAsks():
+                raise UsageError(
+                    "initialize came after the first user message: fugu sets a session's instructions, "
+                    "MCP servers and tool rules before its first turn; send initialize first"
+                )
+        return asks.applied() | {
             "commands": self.commands(),
             "output_style": "default",
             "available_output_styles": ["default"],

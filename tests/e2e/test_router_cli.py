@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,145 @@ def test_eval_on_an_outside_data_set_without_split_labels(tmp_path: Path) -> Non
     assert report["baselines_trained_on"]["data"] == "tiny" and report["train_rows_checked"]
     assert report["frontier"]["methods"]["router"]["points"][0][0] == 0.0
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def write_set(root: Path, name: str, rows: list[tuple[str, str, str, float, float | None]]) -> Path:
+    """A data set folder: rows of (prompt id, text, model, score, cost or None: no cost column)."""
+    root.mkdir(parents=True)
+    with_cost = all(c is not None for *_, c in rows)
+    (root / "dataset.toml").write_text(
+        f'name = "{name}"\noutcomes = "o.csv"\nprompts = "p.jsonl"\nprompt_id = "id"\nmodel = "m"\n'
+        f'score = "s"\nprompt_text = "text"\n' + ('cost = "c"\n' if with_cost else "")
+    )
+    head = "id,m,s,c" if with_cost else "id,m,s"
+    body = [f"{p},{m},{s}" + (f",{c}" if with_cost else "") for p, _, m, s, c in rows]
+    (root / "o.csv").write_text("\n".join([head, *body]) + "\n")
+    texts = {p: t for p, t, *_ in rows}
+    (root / "p.jsonl").write_text("".join(json.dumps({"id": p, "text": t}) + "\n" for p, t in texts.items()))
+    return root
+
+
+TEXTS = [
+    "Sort a list in Python.",
+    "What is 7 times 8?",
+    "Reverse a string.",
+    "Solve 2x = 10.",
+    "Parse JSON.",
+    "Add 3 and 4.",
+    "Rename a git branch.",
+    "Count the words in a file.",
+    "What is the capital of France?",
+    "Merge two dictionaries.",
+]
+
+
+def outcomes(prefix: str, cost: bool = True) -> list[tuple[str, str, str, float, float | None]]:
+    """Worker a (cheap) is right on even prompts, b (dear) on all but every third."""
+    out: list[tuple[str, str, str, float, float | None]] = []
+    for i, text in enumerate(TEXTS):
+        out.append((f"{prefix}{i}", text, "a", float(i % 2 == 0), 0.01 if cost else None))
+        out.append((f"{prefix}{i}", text, "b", float(i % 3 != 0), 0.1 if cost else None))
+    return out
+
+
+def test_eval_runs_from_anywhere_on_what_the_checkpoint_carries(tmp_path: Path) -> None:
+    """Trained on a set costed from a price list; then the set moves and the price list is deleted: eval from
+    another folder with no flag finds the set by name and prompts, applies the split it trained on, costs it
+    from the carried prices, fits no baseline it cannot (with a note) and reports the escalation policy."""
+    data = write_set(tmp_path / "a" / "set", "priced", outcomes("q", cost=False))
+    prices = tmp_path / "prices.csv"
+    prices.write_text("model,input_price_per_mtok,output_price_per_mtok\na,0.1,0.1\nb,10,30\n")
+    ckpt = tmp_path / "ckpt"
+    trained = fugu(
+        "router", "train", "--data", str(data), "--out", str(ckpt), "--prices", str(prices),
+        "--svf", "", "--generations", "2", cwd=tmp_path, timeout=600,
+    )  # fmt: skip
+    assert trained.code == 0, trained.stderr
+    assert "choosing α, τ" in trained.stderr and "elapsed" in trained.stderr  # the progress bar
+    moved = tmp_path / "b" / "copy"
+    shutil.copytree(data, moved)
+    shutil.rmtree(data)
+    prices.unlink()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    judged = fugu(
+        "router", "eval", "--data", str(moved), "--router", str(ckpt), "--json", cwd=elsewhere, timeout=600
+    )
+    assert judged.code == 0, judged.stderr
+    report = json.loads(judged.stdout)
+    assert report["split"] == "kfold:5:0:0" and report["n_test"] == 2  # the held-out fold, found again
+    assert report["cost_source"] == "prices" and report["router"]["cost"] > 0
+    assert "not here" in report["baselines_skipped"] and "knn" not in report
+    esc = report["escalation"]
+    assert esc["verifier_accuracy"] == 0.9 and esc["policy"] == "checkpoint"
+    assert esc["frontier"] and set(esc["frontier"][0]) == {"cost", "reward"}
+    assert set(esc["at_lambda"]) >= {"lambda", "reward", "cost"}
+
+
+def test_train_data_rows_are_refused_like_the_checkpoints_own(tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    args = ("--data", str(TINY), "--out", str(ckpt), "--stage", "sft", "--svf", "")
+    assert fugu("router", "train", *args, cwd=tmp_path).code == 0
+    judged = write_set(tmp_path / "judged", "judged", outcomes("q"))
+    overlap = write_set(tmp_path / "overlap", "overlap", [r for r in outcomes("z") if r[0] in ("z0", "z1")])
+    base = ("router", "eval", "--data", str(judged), "--router", str(ckpt), "--train-data", str(overlap))
+    refused = fugu(*base, cwd=tmp_path)
+    assert refused.code == 2 and "--train-data" in refused.stderr and "2 of 10 rows" in refused.stderr
+    skipped = fugu(*base, "--skip-train-rows", "--json", "--verifier-accuracy", "1", cwd=tmp_path)
+    assert skipped.code == 0, skipped.stderr
+    report = json.loads(skipped.stdout)
+    assert report["n_test"] == 8 and report["train_data_rows_skipped"] == 2
+    assert (
+        report["baselines_trained_on"]["data"] == "overlap" and report["escalation"]["verifier_accuracy"] == 1
+    )
+    every = fugu("router", "eval", "--data", str(judged), "--router", str(ckpt), "--split", "all", "--json",
+                 cwd=tmp_path)  # fmt: skip
+    assert every.code == 0, every.stderr
+    assert json.loads(every.stdout)["n_test"] == 10
+    strangers = [(p, t, {"a": "c", "b": "d"}[m], s, c) for p, t, m, s, c in outcomes("s")]
+    other = write_set(tmp_path / "strangers", "strangers", strangers)
+    unknown = fugu("router", "eval", "--data", str(other), "--router", str(ckpt), "--json", cwd=tmp_path)
+    assert unknown.code == 0, unknown.stderr  # no baseline can be fitted: a note, not an error
+    report = json.loads(unknown.stdout)
+    assert "shares no worker" in report["baselines_skipped"] and "knn" not in report and report["escalation"]
+
+
+DEFAULT = Path(__file__).resolve().parents[2] / "fugu_cli" / "data" / "router_default"
+ISSUES = [
+    "Fix the off-by-one error in the pagination helper of the admin list view.",
+    "The date parser crashes on ISO week dates; make it accept them.",
+    "Add a --dry-run flag to the migration command.",
+    "Sorting a queryset by an annotated field raises FieldError.",
+    "The LaTeX writer drops footnotes inside tables.",
+    "simplify() returns a wrong result for nested square roots.",
+    "Caching decorator ignores keyword arguments when building the key.",
+    "Autodoc fails on a class with a metaclass that defines __signature__.",
+    "The CSV exporter writes the header twice when the file is appended.",
+    "Matrix inverse of a 1x1 symbolic matrix raises an error.",
+]
+
+
+def test_the_shipped_default_judges_an_unseen_set_from_anywhere_with_escalation(tmp_path: Path) -> None:
+    """The packaged checkpoint on outcomes it never saw (two of its workers: a cheap one right on half the
+    issues, a dear one on all but every third), from an empty folder with no flag but the check's accuracy:
+    the report carries the escalation policy it ships, its frontier and its point at the checkpoint's λ."""
+    rows: list[tuple[str, str, str, float, float | None]] = []
+    for i, text in enumerate(ISSUES):
+        rows.append((f"u{i}", text, "gpt-5-nano", float(i % 2 == 0), 0.01))
+        rows.append((f"u{i}", text, "claude-opus-4.5", float(i % 3 != 0), 0.5))
+    data = write_set(tmp_path / "unseen", "unseen_issues", rows)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    args = ("--data", str(data), "--router", str(DEFAULT), "--verifier-accuracy", "0.9", "--json")
+    judged = fugu("router", "eval", *args, cwd=elsewhere, timeout=1200)
+    assert judged.code == 0, judged.stderr
+    report = json.loads(judged.stdout)
+    assert report["n_test"] == 10 and report["split"] == "all rows"
+    esc = report["escalation"]
+    assert esc["policy"] == "checkpoint" and esc["verifier_accuracy"] == 0.9
+    assert esc["frontier"] and all(set(p) == {"cost", "reward"} for p in esc["frontier"])
+    assert esc["at_lambda"]["lambda"] == report["lambda"] == 0.1
+    assert 0.0 <= esc["at_lambda"]["reward"] <= 1.0 and esc["at_lambda"]["cost"] > 0
+    # somewhere on the sweep a failed check brings the other worker in, and that reaches what neither does
+    assert max(attempts for *_, attempts in esc["points"]) > 1.0
+    assert max(p["reward"] for p in esc["frontier"]) > max(r for _, r in esc["single_hull"])

@@ -183,15 +183,14 @@ def test_a_session_without_servers_imports_no_mcp_code(tmp_path: Path) -> None:
 
 
 def test_a_stdio_servers_named_files_are_readable_in_the_sandbox(tmp_path: Path) -> None:
-    from fugu_cli.mcp.client import _named_folders
+    from fugu_cli.mcp.reach import readable
 
     script = tmp_path / "srv" / "server.py"
     script.parent.mkdir()
     script.write_text("")
-    assert _named_folders([sys.executable, str(script), "--port", "3", "not/a/file"]) == [
-        Path(sys.executable).resolve().parent,
-        script.parent.resolve(),
-    ]
+    found = readable([sys.executable, str(script), "--port", "3", "not/a/file"])
+    assert {Path(sys.executable).resolve().parent, script.parent.resolve()} <= set(found)
+    assert tmp_path not in found and Path("not/a") not in found
 
 
 def test_an_mcp_tool_s_picture_reaches_the_worker_that_sees_it(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from fugu_cli.router.es import ESConfig, GenerationStats, OfflineFitness, popsize_for, run_sep_cma
+from fugu_cli.router.es import ESConfig, GenerationStats, popsize_for, run_sep_cma
 
 
 @pytest.fixture(autouse=True)
@@ -59,61 +59,3 @@ def test_parallel_evaluation_gives_the_same_search() -> None:
 
 def test_popsize_follows_4_plus_3_ln_n() -> None:
     assert popsize_for(1) == 4 and popsize_for(10_000) == 4 + int(3 * np.log(10_000))
-
-
-def _two_topic_features(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    topic = rng.integers(0, 2, n)
-    x = rng.normal(scale=0.3, size=(n, 8))
-    x[:, 0] += np.where(topic == 0, 1.0, -1.0)
-    reward = np.stack([topic == 0, topic == 1], axis=1).astype(float)  # worker 0 wins topic 0
-    return x.astype(np.float32), reward
-
-
-def test_offline_fitness_is_what_es_climbs_on_a_head() -> None:
-    import torch
-
-    from fugu_cli.router.es import param_vector
-    from fugu_cli.router.head import HeadConfig, SelectionHead
-
-    x, reward = _two_topic_features(256, 0)
-    torch.manual_seed(0)
-    head = SelectionHead(HeadConfig(8, 8, rank=2, n_known=2, sim_init=0.0))
-    with torch.no_grad():
-        head.A.zero_()  # every prompt gets the same scores: one worker for all, half right
-    desc = np.eye(2, 8, dtype=np.float32)
-    fitness = OfflineFitness(
-        head_config=head.config.to_json(),
-        util=reward,
-        tau=0.1,
-        per_generation=64,
-        features=x,
-        desc=desc,
-    )
-    x0 = param_vector(list(head.parameters()))
-    assert fitness(x0, 0) == fitness(x0, 0)  # same generation, same batch
-    full = OfflineFitness(**{**fitness.__dict__, "per_generation": 0, "_state": None, "token": "full"})
-    result = run_sep_cma(fitness, x0, ESConfig(generations=25, sigma0=0.3, seed=1, processes=1))
-    assert full(x0, 0) == pytest.approx(0.5, abs=0.1)
-    assert full(result.x, 0) > 0.9
-
-
-def test_the_fitness_skips_unmeasured_workers_and_scores_the_utility() -> None:
-    import torch
-
-    from fugu_cli.router.es import param_vector
-    from fugu_cli.router.head import HeadConfig, SelectionHead
-
-    x, reward = _two_topic_features(64, 1)
-    torch.manual_seed(0)
-    head = SelectionHead(HeadConfig(8, 8, rank=2, n_known=2, sim_init=0.0))
-    with torch.no_grad():
-        head.A.zero_()
-        head.known_bias.copy_(torch.tensor([5.0, 0.0]))  # always worker 0, where it was measured
-    util = reward - 0.25  # λ·cost of 0.25 on every choice
-    util[::2, 0] = np.nan  # worker 0 unmeasured on every other prompt: worker 1 is chosen there
-    fit = OfflineFitness(
-        head.config.to_json(), util, per_generation=0, features=x, desc=np.eye(2, 8, dtype=np.float32)
-    )
-    expected = np.where(np.isnan(util[:, 0]), util[:, 1], util[:, 0]).mean()
-    assert fit(param_vector(list(head.parameters())), 0) == pytest.approx(expected)

@@ -187,3 +187,35 @@ def test_folds_are_judged_pooled() -> None:
     assert both.base.shape == (2, 2) and both.lam0 == 0.0
     assert both.choices(0.0).tolist() == [0, 0] and both.choices(10.0).tolist() == [0, 1]
     assert both.at(10.0)[1].tolist() == pytest.approx(b.at(10.0)[0].tolist())
+
+
+def test_the_escalation_report_and_the_plot_of_every_curve(tmp_path: Path) -> None:
+    from fugu_cli.router.escalation import supervised
+    from fugu_cli.router.escalation_eval import Replay, escalation_report, part_for
+    from fugu_cli.router.report import dense
+
+    router = Scores(np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [0.0, 1.0]]), np.array([0.1, 0.01]))
+    methods = {"router": router, "best_single": single_scores(TRAIN, TEST.n)}  # no kNN, no logreg
+    report = judge(TEST, methods, lam=0.0, lambdas=[0.0, 1.0, 100.0])
+    policy = supervised(normalised(TRAIN), check_accuracy=1.0)
+    part = part_for(TEST, policy, np.array([0, 1]), None, (), np.array([0.1, 0.01]), "supervised")
+    esc = escalation_report([part], [0.0, 1.0, 100.0], 0.0, Replay(1.0, 3), report["frontier"])
+    # a perfect check: at λ = 0 every prompt one of a, b solves is solved (3 of 4), in at most two attempts
+    assert esc["at_lambda"]["reward"] == pytest.approx(0.75) and esc["at_lambda"]["attempts"] <= 2
+    assert [set(p) for p in esc["frontier"]] == [{"cost", "reward"}] * len(esc["frontier"])
+    assert esc["vs_single_hull"]["on_or_above"] and esc["max_attempts"] == 3
+    # the single models replayed in the same worlds: on 0/1 outcomes exactly the measured ones
+    assert np.ravel(esc["single_hull"]).tolist() == pytest.approx(np.ravel(report["frontier"]["single_hull"]))
+    assert esc["vs_measured_single_hull"] == esc["vs_single_hull"]
+    report["escalation"] = esc
+    report["frontier"]["methods"]["router"]["cpt80"] = 1.4  # as a method below the hull can need
+    text = render_text(report)
+    assert "escalation: check accuracy 1" in text and "CPT above 100%" in text
+    assert "\n  knn " not in text  # no row for a baseline that was not fitted
+    png = tmp_path / "curve.png"
+    plot(report, str(png))
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    # a mix of two points, sampled along a log axis: the reward at each budget is the linear mix
+    xs, ys = dense([[0.01, 0.5], [1.0, 0.9]], log=True, per=5)
+    assert xs == pytest.approx([0.01, 0.01 * 10**0.5, 0.1, 10**-0.5, 1.0])
+    assert ys == pytest.approx([0.5 + 0.4 * (x - 0.01) / 0.99 for x in xs])

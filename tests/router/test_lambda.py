@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from fugu_cli.router.commands import EvalOptions, TrainOptions, eval_command, train_command
+from fugu_cli.router.commands import TrainOptions, train_command
 from fugu_cli.router.data import load_dataset
+from fugu_cli.router.eval_command import EvalOptions, eval_command
 from fugu_cli.router.train import TrainConfig
 from fugu_cli.types import Message, RouteState, Worker
 

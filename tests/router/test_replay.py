@@ -9,7 +9,17 @@ import numpy as np
 import pytest
 
 from fugu_cli.router.data import RewardMatrix
-from fugu_cli.router.replay import ReplayConfig, ReplayEnv, State, cascade, single
+from fugu_cli.router.replay import (
+    Batch,
+    BatchPolicy,
+    Observed,
+    Policy,
+    ReplayConfig,
+    ReplayEnv,
+    State,
+    cascade,
+    single,
+)
 
 
 def matrix(reward: np.ndarray, cost: np.ndarray | None = None) -> RewardMatrix:
@@ -104,3 +114,44 @@ def test_a_policy_sees_workers_costs_and_verdicts_but_never_the_truth() -> None:
 def test_unmeasured_cells_are_refused() -> None:
     with pytest.raises(ValueError, match="unmeasured"):
         ReplayEnv(matrix(np.array([[np.nan, 1.0]])))
+
+
+def batch_of(policy: Policy) -> BatchPolicy:
+    """A per-state policy played in lockstep (the batch form's rules must give the same episodes)."""
+
+    def play(batch: Batch) -> np.ndarray:
+        out = np.full(len(batch.tasks), -1)
+        for i, t in enumerate(batch.tasks):
+            if not batch.active[i]:
+                continue
+            seen = tuple(
+                Observed(int(w), 0.0, bool(p)) for w, p in zip(batch.workers[i], batch.passed[i], strict=True)
+            )
+            choice = policy(State(int(t), seen, float(batch.spent[i])))
+            out[i] = -1 if choice is None else choice
+        return out
+
+    return play
+
+
+@pytest.mark.parametrize("config", [ReplayConfig(0.8, 3, None, 2), ReplayConfig(0.9, 3, 0.05, 4)])
+def test_batch_episodes_are_the_episodes_run_plays(config: ReplayConfig) -> None:
+    rng = np.random.default_rng(7)
+    data = matrix(rng.random((300, 3)).round(1), np.tile([0.01, 0.03, 0.1], (300, 1)))
+    env = ReplayEnv(data, config)
+    for policy in (cascade([0, 1, 2]), cascade([2, 0]), single(1)):
+        batch = env.run_batch(batch_of(policy))
+        for t in range(data.n):
+            one = env.run(policy, t)
+            made = batch.workers[t][batch.workers[t] >= 0]
+            assert tuple(made) == one.workers and tuple(batch.checks[t][: len(made)]) == one.checks
+            assert batch.reward[t] == one.reward and batch.cost[t] == pytest.approx(one.cost)
+        assert env.evaluate(policy) == pytest.approx((batch.reward.mean(), batch.cost.mean()))
+
+
+def test_a_batch_plays_only_the_tasks_asked_for() -> None:
+    data = binary(n=50)
+    env = ReplayEnv(data, ReplayConfig(check_accuracy=1.0))
+    some = env.run_batch(batch_of(cascade([0, 1])), [3, 7, 3])
+    assert some.tasks.tolist() == [3, 7, 3] and some.reward[0] == some.reward[2]
+    assert some.attempts.tolist() == [env.run(cascade([0, 1]), t).workers.__len__() for t in (3, 7, 3)]

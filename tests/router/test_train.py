@@ -13,11 +13,14 @@ import torch
 
 from fugu_cli.router.backbone import load_backbone
 from fugu_cli.router.checkpoint import router_scores
-from fugu_cli.router.commands import EvalOptions, TrainOptions, eval_command, train_command
+from fugu_cli.router.commands import TrainOptions, train_command
 from fugu_cli.router.data import load_dataset
 from fugu_cli.router.describe import describe_workers
 from fugu_cli.router.embed_cache import block_features, blocks_needed, capture_block_inputs, prompt_line
 from fugu_cli.router.es import ESConfig
+from fugu_cli.router.escalation import EscalationPolicy, ReplayPolicy
+from fugu_cli.router.eval_command import EvalOptions, eval_command
+from fugu_cli.router.replay import ReplayConfig, ReplayEnv
 from fugu_cli.router.svf import apply_svf
 from fugu_cli.router.train import TrainConfig, soft_targets
 from fugu_cli.router.trainer import Stage2
@@ -161,7 +164,7 @@ def test_svf_checkpoint_scores_as_the_learned_router_does(tmp_path: Path) -> Non
         assert served == pytest.approx(util[i], abs=1e-4)
 
 
-def test_stage_two_starts_from_stage_one_and_keeps_or_improves_fitness(tmp_path: Path) -> None:
+def test_stage_two_searches_the_escalation_policy_and_keeps_it_only_if_dev_improves(tmp_path: Path) -> None:
     data = write_two_topics(tmp_path / "two")
     seen: list[float] = []
     res = train_command(
@@ -178,8 +181,16 @@ def test_stage_two_starts_from_stage_one_and_keeps_or_improves_fitness(tmp_path:
     metrics = res.meta.metrics
     assert metrics["es_kept"] == (
         metrics["es_dev_after"] > metrics["es_dev_before"]
-    )  # a dev tie keeps stage 1
-    assert res.history[0].incumbent >= 0.5
+    )  # a dev tie keeps stage 1's supervised policy
+    # each worker solves one topic: one attempt is right half the time, escalating after a failed check
+    # (right 9 times in 10) nearly always
+    policy = EscalationPolicy.from_json(res.meta.escalation)
+    train = load_dataset(data)
+    train = train.subset([i for i, s in enumerate(train.splits) if s == "train"])
+    env = ReplayEnv(train, ReplayConfig(check_accuracy=0.9, max_attempts=policy.attempts))
+    play = ReplayPolicy(policy, np.zeros((train.n, 2)), np.zeros(2), np.array([0.01, 0.02]), 0.0, 3)
+    episodes = env.run_batch(play)
+    assert episodes.reward.mean() > 0.75 > 0.5 == max(train.reward.mean(axis=0))
 
 
 def test_descriptions_name_the_tasks_a_worker_is_strong_on(tmp_path: Path) -> None:
@@ -268,3 +279,20 @@ def test_training_on_ray_gives_the_checkpoint_training_here_gives(
     assert (tmp_path / "ray" / "router.safetensors").read_bytes() == (
         tmp_path / "local" / "router.safetensors"
     ).read_bytes()
+
+
+def test_model_selection_holds_out_whole_repositories() -> None:
+    from fugu_cli.router.train import selection_folds
+
+    repos = ["django"] * 6 + ["sympy"] * 3 + ["sphinx"] * 2 + [""] * 9  # 9 rows of a set without repos
+    folds = selection_folds(len(repos), TrainConfig(select_folds=5), repos)
+    assert len(folds) == 3  # one per repository while there are at most k of them
+    held_repos = [sorted({repos[i] for i in held} - {""}) for _, held in folds]
+    assert sorted(r for rs in held_repos for r in rs) == ["django", "sphinx", "sympy"]
+    assert all(len(rs) == 1 for rs in held_repos)  # a repository is never split between folds
+    for fit, held in folds:
+        assert not set(fit) & set(held) and len(fit) + len(held) == len(repos)
+    others = sorted(i for _, held in folds for i in held if repos[i] == "")
+    assert others == list(range(11, 20))  # the rows of no repository are spread over the same folds
+    plain = selection_folds(20, TrainConfig(select_folds=5))
+    assert len(plain) == 5

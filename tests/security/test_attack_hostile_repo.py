@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from fugu_cli.tools import PermissionPolicy, ToolContext, sandbox
-from fugu_cli.tools.git import add_worktree, checkpoint, remove_worktree, restore_checkpoint, worktree_diff
+from fugu_cli.tools import PermissionPolicy, ToolContext, checkpoints, sandbox
+from fugu_cli.tools.git import add_worktree, checkpoint, remove_worktree, worktree_diff
 from fugu_cli.types import ToolResult
 from tests.tools.conftest import git
 
@@ -93,9 +93,10 @@ def test_commit_checkpoint_restore_and_worktrees_run_nothing_of_the_repos(
     hostile: tuple[Path, Path], call: Call, tmp_path: Path
 ) -> None:
     repo, markers = hostile
-    sha = checkpoint(repo, "20260101-000000-abcdef-t1")
+    sha = checkpoints.save(repo, "20260101-000000-abcdef-t1")
+    checkpoint(repo, "20260101-000000-abcdef-wf1")
     (repo / "README.md").write_text("# overwritten\n")
-    assert restore_checkpoint(repo, sha) == ["README.md"]
+    assert checkpoints.restore(repo, sha) == ["README.md"]
     assert (repo / "README.md").read_text() == "# demo, changed\n"
     result = call("git_commit", message="a commit in a hostile repo")
     assert not result.is_error, result.content

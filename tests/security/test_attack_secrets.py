@@ -40,6 +40,13 @@ POOL_KEY = "pool-key-planted-77777"  # under a name nothing about it says "secre
         ("SLACK_BOT_TOKEN", True),
         ("CLIENT_SECRET", True),
         ("NPM_CONFIG__AUTHTOKEN", True),
+        ("NPM_CONFIG__AUTH", True),
+        ("GITLAB_PAT", True),
+        ("CI_JOB_JWT", True),
+        ("CI_JOB_JWT_V2", True),
+        ("LOOPBACK_OPENER", False),
+        ("PKG_CONFIG_PATH", False),
+        ("GIT_AUTHOR_NAME", False),
         ("PATH", False),
         ("PWD", False),
         ("OLDPWD", False),
@@ -57,8 +64,8 @@ def test_the_redactor_catches_every_kind(monkeypatch: pytest.MonkeyPatch) -> Non
     for name, value in PLANTED.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("DATABASE_URL", f"postgres://app:{URL_PASSWORD}@db.internal:5432/prod")
-    monkeypatch.setenv("LOOPBACK_AUTH", POOL_KEY)
-    register_secret_env(["LOOPBACK_AUTH"])
+    monkeypatch.setenv("LOOPBACK_OPENER", POOL_KEY)
+    register_secret_env(["LOOPBACK_OPENER"])
     formats = [
         "sk-ant-api03-" + "A" * 40,
         "sk-proj-" + "b" * 30,
@@ -80,7 +87,7 @@ def test_the_redactor_catches_every_kind(monkeypatch: pytest.MonkeyPatch) -> Non
     out = redact(text)
     for secret in [*PLANTED.values(), POOL_KEY, URL_PASSWORD, "p4ss-w0rd", *formats]:
         assert secret not in out, secret
-    assert "[OPENAI_KEY]" in out and "[LOOPBACK_AUTH]" in out and "[github_token]" in out
+    assert "[OPENAI_KEY]" in out and "[LOOPBACK_OPENER]" in out and "[github_token]" in out
     assert "postgres" not in out or "[REDACTED]" in out
     assert redact("plain text, PATH=/usr/bin, sk-short") == "plain text, PATH=/usr/bin, sk-short"
 
@@ -122,11 +129,11 @@ def test_no_planted_secret_reaches_the_model_stdout_or_the_store(
                 "name": "solo",
                 "model": "openai/solo",
                 "api_base": loopback.base_url,
-                "api_key_env": "LOOPBACK_AUTH",
+                "api_key_env": "LOOPBACK_OPENER",
             }
         ],
     )
-    env = {**PLANTED, "LOOPBACK_AUTH": POOL_KEY, "DATABASE_URL": f"postgres://app:{URL_PASSWORD}@db/prod"}
+    env = {**PLANTED, "LOOPBACK_OPENER": POOL_KEY, "DATABASE_URL": f"postgres://app:{URL_PASSWORD}@db/prod"}
     run = fugu(
         "-p", "look around", "--pool", str(pool), "--permission-mode", "full-auto",
         "--output-format", "stream-json", cwd=repo, env=env,
@@ -145,6 +152,6 @@ def test_no_planted_secret_reaches_the_model_stdout_or_the_store(
     }.items():
         for secret in secrets:
             assert secret not in text, (where, secret)
-    assert "[LOOPBACK_AUTH]" in sent and "[REDACTED]" in sent  # the file's values were there, and blanked
+    assert "[LOOPBACK_OPENER]" in sent and "[REDACTED]" in sent  # the file's values were there, and blanked
     assert kept  # the 30,000-line output was cut and kept
     assert "fugu.db" not in sent and "FUGU_HOME" not in sent  # FUGU_HOME's contents and name stay outside

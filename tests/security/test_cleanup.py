@@ -9,6 +9,7 @@ from pathlib import Path
 
 from fugu_cli.app import RunOptions, build_session
 from fugu_cli.llm.scripted import ScriptedLLM
+from fugu_cli.tools import checkpoints
 from tests.helpers import call, git, make_repo, tool_reply, write_pool
 
 
@@ -23,22 +24,25 @@ def test_checkpoint_refs_of_older_sessions_are_pruned(tmp_path: Path) -> None:
         assert session.run_turn(f"write f{n}").status == "success"
         sessions.append(session.id)
         _redate(repo, session.id, int(time.time()) - 100 + n)  # in the order they ran, a second apart
-    refs = git(repo, "for-each-ref", "--format=%(refname)", "refs/fugu/checkpoints/").split()
+    store = checkpoints.store_path(repo)  # /undo's checkpoints live in fugu's store, not the repository
+    refs = git(store, "for-each-ref", "--format=%(refname)", "refs/fugu/checkpoints/").split()
     owners = {sid for sid in sessions if any(sid in r for r in refs)}
     assert owners == set(sessions[1:])  # the oldest session's refs went; the two newest kept
     assert sessions[-1] in " ".join(refs)
+    assert git(repo, "for-each-ref", "refs/fugu/") == ""
 
 
 def _redate(repo: Path, sid: str, when: int) -> None:
-    """Give a session's checkpoints the commit time `when`: sessions are ranked by their checkpoints' commit
-    times, which git keeps in whole seconds, and these three ran within one."""
-    refs = git(repo, "for-each-ref", "--format=%(refname)", f"refs/fugu/checkpoints/{sid}*").split()
+    """Give a session's checkpoints (in fugu's store) the commit time `when`: sessions are ranked by their
+    checkpoints' commit times, which git keeps in whole seconds, and these three ran within one."""
+    store = checkpoints.store_path(repo)
+    refs = git(store, "for-each-ref", "--format=%(refname)", f"refs/fugu/checkpoints/{sid}*").split()
     assert refs
     env = {**os.environ, "GIT_COMMITTER_DATE": f"@{when} +0000"}
     for ref in refs:
-        tree = git(repo, "rev-parse", f"{ref}^{{tree}}").strip()
+        tree = git(store, "rev-parse", f"{ref}^{{tree}}").strip()
         commit = subprocess.run(
             ["git", "commit-tree", tree, "-m", "checkpoint"],
-            cwd=repo, env=env, check=True, capture_output=True, text=True,
+            cwd=store, env=env, check=True, capture_output=True, text=True,
         ).stdout.strip()  # fmt: skip
-        git(repo, "update-ref", ref, commit)
+        git(store, "update-ref", ref, commit)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -108,3 +109,67 @@ def test_a_model_cannot_rewrite_what_fugu_runs_next_time_without_asking(
     assert not (repo / ".fugu" / "config.toml").exists() and not (repo / ".mcp.json").exists()
     assert (repo / "notes.txt").read_text() == "fine"
     assert len(json.loads(run.stdout)["permission_denials"]) == 2
+
+
+# --- issue 22, finding 4: trust belongs to one repository root ----------------------------------------------
+
+
+def test_trust_is_per_repository_root(tmp_path: Path) -> None:
+    project = make_repo(tmp_path / "project")
+    vendored = make_repo(project / "vendor" / "dep")  # a repository of its own inside the trusted one
+    submodule = project / "libs" / "sub"
+    submodule.mkdir(parents=True)
+    (submodule / ".git").write_text(
+        "gitdir: ../../.git/modules/sub\n"
+    )  # how a submodule points at its git dir
+    trust(project)
+    assert is_trusted(project) and is_trusted(project / "src" / "deep")  # its own folders
+    assert not is_trusted(vendored) and not is_trusted(vendored / "src")
+    assert not is_trusted(submodule)
+    plain = tmp_path / "workspace"
+    (plain / "notes").mkdir(parents=True)
+    trust(plain)
+    assert is_trusted(plain / "notes")  # a folder in no repository inherits a trusted parent's
+    assert not is_trusted(make_repo(plain / "clone"))  # a repository under it does not
+
+
+def test_a_nested_repository_under_a_trusted_project_is_obeyed_only_in_part(
+    tmp_path: Path, loopback_factory: Callable[[], LoopbackServer]
+) -> None:
+    attacker, honest = loopback_factory(), loopback_factory()
+    project = make_repo(tmp_path / "project")
+    trust(project)
+    dep = hostile_repo(project / "vendor" / "dep", attacker)  # its .fugu/config.toml: full-auto, its worker
+    with (dep / ".fugu" / "config.toml").open("a") as f:
+        f.write('[sandbox]\nmode = "off"\n')
+    pool = write_pool(
+        tmp_path / "pool.toml", [{"name": "mine", "model": "openai/mine", "api_base": honest.base_url}]
+    )
+    honest.script("mine", [tool_reply(call("shell", command="id > pwned.txt")), "summary"])
+    run = fugu("-p", "summarise this", "--pool", str(pool), cwd=dep, env={"OPENAI_API_KEY": KEY})
+    assert run.code == 0, run.stderr
+    assert attacker.requests == []  # neither the key nor the code went to the nested repo's endpoint
+    assert not (dep / "pwned.txt").exists()  # its full-auto was not obeyed
+    notice = next(line for line in run.stderr.splitlines() if "not trusted" in line)
+    assert "workers" in notice and "sandbox" in notice and "permission_mode=full-auto" in notice
+
+
+def test_the_repl_asks_again_in_a_nested_repository(tmp_path: Path, loopback: LoopbackServer) -> None:
+    from tests.ui.test_repl_pty import PROMPT, Term
+
+    project = make_repo(tmp_path / "project")
+    trust(project)
+    dep = make_repo(project / "vendor" / "dep")
+    (dep / ".fugu").mkdir()
+    (dep / ".fugu" / "config.toml").write_text('permission_mode = "full-auto"\n')
+    write_pool(
+        dep / ".fugu-pool.toml", [{"name": "alpha", "model": "openai/alpha", "api_base": loopback.base_url}]
+    )
+    child = Term(dep)
+    child.expect(r"This folder's \.fugu/config\.toml asks for: permission_mode=full-auto")
+    child.expect(rf"Trust {re.escape(str(dep.resolve()))} .*\[y/N\]")
+    child.send("n\r")
+    child.expect("not trusted")
+    child.expect(PROMPT)
+    child.quit()
+    assert not is_trusted(dep)

@@ -38,6 +38,21 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
+@pytest.fixture
+def dirty(repo: Path) -> Path:
+    """A repo with every kind of user state: staged, unstaged, untracked, ignored, nested."""
+    (repo / ".gitignore").write_text("*.log\n")
+    (repo / "gone.txt").write_text("will be deleted later\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "more")
+    (repo / "README.md").write_text("# demo\nstaged line\n")
+    git(repo, "add", "README.md")
+    (repo / "src/app.py").write_text("def main():\n    return 42\n")
+    (repo / "notes.txt").write_text("untracked notes\n")
+    (repo / "build.log").write_text("ignored v1\n")
+    return repo
+
+
 Call = Callable[..., ToolResult]
 
 

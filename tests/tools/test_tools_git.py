@@ -1,4 +1,4 @@
-"""git tools and the git library functions (checkpoints, worktrees, patches) on real repositories."""
+"""git tools and the git library functions (worktrees, their base checkpoints, patches), on real repos."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from fugu_cli.tools.git import (
     prune_checkpoints,
     remove_stale_worktrees,
     remove_worktree,
-    restore_checkpoint,
     stale_worktrees,
     worktree_diff,
 )
@@ -92,22 +91,7 @@ def test_git_tools_outside_a_repo(tmp_path: Path, call: Call, monkeypatch: pytes
 # --- checkpoints ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def dirty(repo: Path) -> Path:
-    """A repo with every kind of user state: staged, unstaged, untracked, ignored, nested."""
-    (repo / ".gitignore").write_text("*.log\n")
-    (repo / "gone.txt").write_text("will be deleted later\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "more")
-    (repo / "README.md").write_text("# demo\nstaged line\n")
-    git(repo, "add", "README.md")
-    (repo / "src/app.py").write_text("def main():\n    return 42\n")
-    (repo / "notes.txt").write_text("untracked notes\n")
-    (repo / "build.log").write_text("ignored v1\n")
-    return repo
-
-
-def test_checkpoint_and_restore_are_exact(dirty: Path) -> None:
+def test_a_worktree_base_checkpoint_is_a_commit_in_the_repo_and_touches_nothing_else(dirty: Path) -> None:
     repo = dirty
     before = user_state(repo)
     sha = checkpoint(repo, "turn-1")
@@ -115,40 +99,7 @@ def test_checkpoint_and_restore_are_exact(dirty: Path) -> None:
     assert git(repo, "rev-parse", f"{sha}^").strip() == before[0].strip()
     assert user_state(repo) == before
     assert git(repo, "show", f"{sha}:notes.txt") == "untracked notes\n"
-
-    (repo / "src/app.py").write_text("broken\n")
-    (repo / "README.md").unlink()
-    (repo / "gone.txt").unlink()
-    (repo / "notes.txt").write_text("edited notes\n")
-    (repo / "created.py").write_text("new\n")
-    (repo / "deep/er").mkdir(parents=True)
-    (repo / "deep/er/file.txt").write_text("nested new\n")
-    (repo / "build.log").write_text("ignored v2\n")
-
-    changed = restore_checkpoint(repo, sha)
-    assert changed == ["README.md", "created.py", "deep/er/file.txt", "gone.txt", "notes.txt", "src/app.py"]
-    assert (repo / "README.md").read_text() == "# demo\nstaged line\n"
-    assert (repo / "src/app.py").read_text() == "def main():\n    return 42\n"
-    assert (repo / "gone.txt").read_text() == "will be deleted later\n"
-    assert (repo / "notes.txt").read_text() == "untracked notes\n"
-    assert not (repo / "created.py").exists()
-    assert not (repo / "deep").exists()
-    assert (repo / "build.log").read_text() == "ignored v2\n"  # ignored files are left alone
-    assert user_state(repo) == before
-    assert restore_checkpoint(repo, sha) == []
-
-
-def test_checkpoint_in_repo_without_commits(tmp_path: Path, repo: Path) -> None:
-    fresh = tmp_path / "fresh"
-    fresh.mkdir()
-    git(fresh, "init", "-q")
-    (fresh / "a.txt").write_text("a\n")
-    sha = checkpoint(fresh, "first")
-    (fresh / "a.txt").write_text("b\n")
-    (fresh / "b.txt").write_text("b\n")
-    assert restore_checkpoint(fresh, sha) == ["a.txt", "b.txt"]
-    assert (fresh / "a.txt").read_text() == "a\n" and not (fresh / "b.txt").exists()
-    assert git(fresh, "ls-files") == ""
+    assert "build.log" not in git(repo, "ls-tree", "-r", "--name-only", sha)
 
 
 def test_checkpoint_rejects_bad_labels(repo: Path) -> None:

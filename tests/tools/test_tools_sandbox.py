@@ -176,7 +176,9 @@ def test_policy_from_config_and_the_default_for_fugus_own_calls() -> None:
 
     policy = sb.policy_from_config(SandboxSettings(mode="read-only", allow_network=True, pass_env=["X"]))
     assert policy == sb.SandboxPolicy(mode="read-only", allow_network=True, pass_env=("X",))
-    assert sb.policy_from_config(SandboxSettings(hide=[])).hide == ()
+    assert sb.policy_from_config(SandboxSettings(hide=[])).hide == sb.DEFAULT_HIDE
+    more = sb.policy_from_config(SandboxSettings(hide=["~/.secret-tool", "~/.ssh"])).hide
+    assert more == (*sb.DEFAULT_HIDE, "~/.secret-tool")  # config adds to the list, never shortens it
     before = sb.default_policy()
     try:
         sb.set_default_policy(dataclasses.replace(policy, mode="off"))

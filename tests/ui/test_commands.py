@@ -231,3 +231,32 @@ def test_ultra_on_renders_the_workflow_and_memory_shows_what_it_learned(tmp_path
     assert "usage: /ultra on|off" in ctx.run("/ultra maybe")
     ctx.run("/ultra off")
     assert not ctx.session.ultra
+
+
+def test_check_judges_the_next_turns_and_trace_shows_its_attempts(tmp_path: Path) -> None:
+    wrong = tool_reply(call("edit_file", path="calc.py", old_text="a - b", new_text="a * b"))
+    llm = ScriptedLLM({"alpha": [wrong, "Changed it."], "beta": [EDIT, "Fixed add."]})
+    session = make(tmp_path, llm)
+    ctx = Ctx(session)
+    assert "no check" in ctx.run("/check")
+    assert "is not a command here" in ctx.run("/check no-such-checker-xyz")
+    assert session.settings().check is None
+    said = ctx.run("/check python3 test_calc.py")
+    assert "check: `python3 test_calc.py` judges each attempt" in said
+    result = session.run_turn("fix add()")  # alpha's change fails the check: set aside, beta's passes
+    assert [(a.worker, a.check) for a in result.attempts] == [("alpha", "failed"), ("beta", "passed")]
+    assert result.status == "success" and result.result == "Fixed add." and result.num_turns == 4
+    assert (tmp_path / "repo" / "calc.py").read_text() == FIXED
+    trace = ctx.run("/trace").splitlines()
+    steps = [line.split(" (")[0] for line in trace if line.startswith("turn 1 step")]
+    assert steps == ["turn 1 step 1 alpha", "turn 1 step 2 alpha", "turn 1 step 3 beta", "turn 1 step 4 beta"]
+    assert any(
+        line.startswith("turn 1 step 3 beta") and "escalates after alpha failed" in line for line in trace
+    )
+    lines = [line for line in trace if line.startswith("turn 1 attempt ")]
+    assert lines[0].startswith("turn 1 attempt 1: alpha · check failed (exit 1)")
+    assert lines[0].endswith("set aside as ")  # the ref follows, folded onto the next line at 100 columns
+    assert (result.attempts[0].set_aside or "").startswith("refs/fugu/checkpoints/")
+    assert lines[1].startswith("turn 1 attempt 2: beta · check passed (exit 0)")
+    ctx.run("/check off")
+    assert session.settings().check is None

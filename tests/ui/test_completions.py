@@ -71,7 +71,7 @@ def complete(*words: str) -> list[str]:
         ),
         (("mcp", ""), ["list"]),
         (("mcp", "list", "--"), ["--json", "--trust-project", "--help"]),
-        (("--perm",), ["--permission-mode", "--permission-prompt-tool"]),
+        (("--perm",), ["--permission-mode", "--permission-prompt-tool", "--permission-prompts"]),
         (
             ("--permission-mode", ""),
             [
@@ -131,7 +131,9 @@ def fish_complete(line: str) -> list[str]:
 @pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed (apt-get install zsh)")
 def test_zsh_completes_subcommands_options_and_choices() -> None:
     assert zsh_complete("")[:3] == ["pool", "doctor", "completion"]
-    assert {"--permission-mode", "--permission-prompt-tool"} <= set(zsh_complete("--perm"))
+    assert {"--permission-mode", "--permission-prompt-tool", "--permission-prompts"} <= set(
+        zsh_complete("--perm")
+    )
     assert zsh_complete("--permission-mode", "")[:4] == ["ask", "auto-edit", "full-auto", "read-only"]
     assert zsh_complete("sessions", "") == ["show", "export"]
     assert zsh_complete("--pool", "") == ["<files>"]
@@ -140,7 +142,11 @@ def test_zsh_completes_subcommands_options_and_choices() -> None:
 @pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed (apt-get install fish)")
 def test_fish_completes_subcommands_options_and_choices() -> None:
     assert {"pool", "doctor", "sessions", "router"} <= set(fish_complete("fugu "))
-    assert fish_complete("fugu --perm") == ["--permission-mode", "--permission-prompt-tool"]
+    assert sorted(fish_complete("fugu --perm")) == [  # in fish's own order, which is not sorted()'s
+        "--permission-mode",
+        "--permission-prompt-tool",
+        "--permission-prompts",
+    ]
     assert "acceptEdits" in fish_complete("fugu --permission-mode ")
     assert sorted(fish_complete("fugu sessions ")) == ["export", "show"]
 

@@ -234,3 +234,42 @@ def test_a_diff_the_user_approved_is_not_printed_again() -> None:
     r.shown(DIFF)
     r.on_event(done)
     assert out.getvalue() == "  alpha ▸ edit calc.py  ✓ (+1 -1)\n"
+
+
+def test_attempts_and_their_checks_are_shown_in_the_repl_and_in_progress_lines() -> None:
+    from fugu_cli.events import AttemptChecked, AttemptStarted
+    from fugu_cli.types import AttemptRecord
+    from fugu_cli.ui.progress import ProgressLines
+
+    ref = "refs/fugu/checkpoints/s-t1-attempt1-cheap"
+    failed = AttemptRecord("cheap", 0.0012, 2, "failed", "check", "pytest -q", 1, ref)
+    events = [
+        AttemptStarted(session_id="s", attempt=1, worker="cheap", reason="first attempt: prior"),
+        AttemptChecked(session_id="s", attempt=1, record=failed, output="1 failed"),
+        AttemptStarted(
+            session_id="s", attempt=2, worker="strong", reason="escalates after cheap failed the check"
+        ),
+        AttemptChecked(
+            session_id="s",
+            attempt=2,
+            record=AttemptRecord("strong", 0.03, 1, "passed", "check", "pytest -q", 0),
+        ),
+    ]
+    con, out = console(120)
+    renderer = Renderer(con, live=False)
+    lines: list[str] = []
+    progress = ProgressLines(lines.append)
+    for e in events:
+        renderer.on_event(e)
+        progress.on_event(e)
+    shown = out.getvalue().splitlines()
+    assert (
+        shown
+        == lines
+        == [
+            "◇ attempt 1 · cheap · first attempt: prior",
+            f"✗ attempt 1 · cheap · check failed (exit 1) · $0.0012 · set aside as {ref}",
+            "◇ attempt 2 · strong · escalates after cheap failed the check",
+            "✓ attempt 2 · strong · check passed (exit 0) · $0.0300",
+        ]
+    )

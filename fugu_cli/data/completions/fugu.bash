@@ -29,6 +29,7 @@ _fugu() {
         "|--output-format") COMPREPLY=($(compgen -W "text json stream-json" -- "$cur")); return ;;
         "|--max-turns") return ;;
         "|--max-budget-usd") return ;;
+        "|--check") return ;;
         "|--worker") return ;;
         "|--model") return ;;
         "|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -41,10 +42,12 @@ _fugu() {
         "|--append-system-prompt") return ;;
         "|--input-format") COMPREPLY=($(compgen -W "text stream-json" -- "$cur")); return ;;
         "|--permission-prompt-tool") return ;;
+        "|--permission-prompts") return ;;
         "|--resume"|"|-r") return ;;
         "|--router") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "|--cost-weight") return ;;
         "|--plan") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "|--debug-file") return ;;
         "|--mcp-config") return ;;
         "|--add-dir") return ;;
         "|--image") return ;;
@@ -69,6 +72,7 @@ _fugu() {
         "serve|--api-key") return ;;
         "serve|--api-key-env") return ;;
         "serve|--cors-origin") return ;;
+        "serve|--store-days") return ;;
         "serve|--header-timeout") return ;;
         "serve|--body-timeout") return ;;
         "acp|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -95,6 +99,7 @@ _fugu() {
         "router train|--processes") return ;;
         "router train|--executor") return ;;
         "router train|--ray-address") return ;;
+        "router train|--verifier-accuracy") return ;;
         "router eval|--data") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "router eval|--router") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "router eval|--split") return ;;
@@ -104,6 +109,8 @@ _fugu() {
         "router eval|--train-data") return ;;
         "router eval|--prices") return ;;
         "router eval|--lambdas") return ;;
+        "router eval|--verifier-accuracy") return ;;
+        "router eval|--worlds") return ;;
         "conductor train|--base") return ;;
         "conductor train|--out") return ;;
         "conductor train|--data") COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -140,21 +147,21 @@ _fugu() {
     esac
     local opts="" subs=""
     case "$sub" in
-        "") opts="-p --print --output-format --max-turns --max-budget-usd --worker --model --pool --permission-mode --allowedTools --allowed-tools --disallowedTools --disallowed-tools --tools --system-prompt --system-prompt-file --append-system-prompt --input-format --permission-prompt-tool --include-partial-messages --yes -y --continue -c --resume -r --router --cost-weight --ultra --plan --verbose --trust-project --debug --no-repo-map --mcp-config --strict-mcp-config --add-dir --image --version --help" subs="pool doctor completion demo eval serve acp sessions router conductor mcp" ;;
+        "") opts="-p --print --output-format --max-turns --max-budget-usd --check --worker --model --pool --permission-mode --allowedTools --allowed-tools --disallowedTools --disallowed-tools --tools --system-prompt --system-prompt-file --append-system-prompt --input-format --permission-prompt-tool --include-partial-messages --await-initialize --permission-prompts --yes -y --continue -c --resume -r --router --cost-weight --ultra --plan --verbose --trust-project --debug --debug-file --no-repo-map --mcp-config --strict-mcp-config --add-dir --image --version --help" subs="pool doctor completion demo eval serve acp sessions router conductor mcp" ;;
         "pool") opts="--pool --json --reset-health --help" subs="" ;;
         "doctor") opts="--pool --help" subs="" ;;
         "completion") opts="--help" subs="" ;;
         "demo") opts="--router --keep --help" subs="" ;;
         "eval") opts="--worker --mode --repeats --parallel --task --executor --ray-address --pool --router --max-turns --max-budget-usd --json --keep --help" subs="" ;;
-        "serve") opts="--host --port --pool --permission-mode --api-key --api-key-env --cors-origin --header-timeout --body-timeout --help" subs="" ;;
+        "serve") opts="--host --port --pool --permission-mode --api-key --api-key-env --cors-origin --store-days --header-timeout --body-timeout --help" subs="" ;;
         "acp") opts="--pool --worker --router --permission-mode --max-turns --max-budget-usd --trust-project --debug --help" subs="" ;;
         "sessions") opts="--limit -n --help" subs="show export" ;;
         "sessions show") opts="--help" subs="" ;;
         "sessions export") opts="--format -f --output -o --help" subs="" ;;
         "router") opts="--help" subs="info train eval" ;;
         "router info") opts="--pool --help" subs="" ;;
-        "router train") opts="--data --out --stage --split --tau --svf --generations --lambda --seed --threads --store --prices --processes --executor --ray-address --help" subs="" ;;
-        "router eval") opts="--data --router --split --k --json --plot --threads --store --train-data --allow-train-rows --skip-train-rows --prices --lambdas --help" subs="" ;;
+        "router train") opts="--data --out --stage --split --tau --svf --generations --lambda --seed --threads --store --prices --processes --executor --ray-address --verifier-accuracy --help" subs="" ;;
+        "router eval") opts="--data --router --split --k --json --plot --threads --store --train-data --allow-train-rows --skip-train-rows --prices --lambdas --verifier-accuracy --worlds --help" subs="" ;;
         "conductor") opts="--help" subs="train eval" ;;
         "conductor train") opts="--base --out --data --steps --group --prompts-per-step --lr --completion-tokens --lora-rank --sft-steps --sft-lr --beta --lambda --carry-accuracy --max-depth --split --min-workers --max-workers --env --suite --pool --seed --device --bf16 --threads --help" subs="" ;;
         "conductor eval") opts="--data --conductor --json --lambda --subset --best-of --limit --seed --device --threads --help" subs="" ;;
