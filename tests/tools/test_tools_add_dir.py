@@ -113,3 +113,28 @@ def test_in_read_only_mode_the_added_folder_is_read_only_in_the_sandbox(lib: Pat
     done = sb.run(["bash", "-c", "cat ../lib/pkg/util.py; echo x > ../lib/ro.txt"], cwd=repo, policy=policy)
     assert b"return 'lib'" in done.output and b"Read-only file system" in done.output
     assert not (lib / "ro.txt").exists()
+
+
+def test_an_added_folder_shows_no_hidden_credentials_and_keeps_its_git_read_only(
+    lib: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    from fugu_cli.tools import sandbox as sb
+
+    subprocess.run(["git", "init", "-q", str(lib)], check=True)
+    home = lib / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("PRIVATE")
+    (home / ".git-credentials").write_text("https://u:TOKEN@host\n")
+    monkeypatch.setenv("HOME", str(home))
+    policy = sb.SandboxPolicy(extra_roots=(str(lib),))
+    command = (
+        "cat ../lib/home/.ssh/id_ed25519 ../lib/home/.git-credentials; echo hook >> ../lib/.git/config;"
+        " echo made > ../lib/made.txt; echo end"
+    )
+    done = sb.run(["bash", "-c", command], cwd=repo, policy=policy)
+    assert done.sandboxed and done.output.strip().endswith(b"end")
+    assert b"PRIVATE" not in done.output and b"TOKEN" not in done.output
+    assert b"Read-only file system" in done.output and b"hook" not in (lib / ".git" / "config").read_bytes()
+    assert (lib / "made.txt").read_text() == "made\n"  # the folder itself stays writable
