@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fugu_cli.calls import AllFailed, Call, Exclusions, Try, WorkerCall
+from fugu_cli.context import images as seeing
 from fugu_cli.context.budget import ContextPolicy
 from fugu_cli.context.guard import ContextGuard
 from fugu_cli.errors import ContextOverflow, Interrupted, ProviderError
@@ -50,6 +51,7 @@ from fugu_cli.types import (
     Usage,
     Worker,
     WorkerUsage,
+    image_note,
 )
 
 if TYPE_CHECKING:
@@ -188,6 +190,8 @@ class _Run:
         self.hook_stop: HookStop | None = None
         self._turn_message = messages[-1] if messages and messages[-1].role == "user" else None
         self._briefed: Message | None = None
+        self.sees: seeing.Sees = deps.context.counter.sees_images if deps.context else seeing.declared
+        self.text_only = seeing.TextOnly()
         self.guard = None
         if deps.context is not None:
             workers, schemas, root = list(deps.workers.values()), deps.tools.schemas(), deps.tool_ctx.root
@@ -305,7 +309,9 @@ class _Run:
             )
         except AllFailed as e:
             self.failed.update(f.worker for f in e.failures)
-            raise _AllFailed(_nobody_left(e, step.masked)) from None
+            if step.blind and not e.failures and not e.cooling and len(step.blind) == len(self.d.workers):
+                raise _AllFailed(seeing.nobody_sees(list(self.d.workers.values()))) from None
+            raise _AllFailed(_nobody_left(e, {**step.masked, **step.blind})) from None
         self.failed.update(answer.failed)
         completion = answer.value
         for warning in completion.warnings:
@@ -380,7 +386,21 @@ class _Run:
             )
             self._emit(ToolFinished(session_id=self.sid, step=step, worker=worker, call=call, result=result))
             results.append(result)
+        self._show_images(results)
         return results
+
+    def _show_images(self, results: Sequence[ToolResult]) -> None:
+        """Images the tools returned reach the next step as a user message after the results (no provider
+        takes an image in a tool result), or only its note when no worker in the pool can see images."""
+        shown = [(r.name, i) for r in results for i in r.images]
+        if not shown:
+            return
+        note = "Images from the tool results: " + "; ".join(f"{name}: {image_note([i])}" for name, i in shown)
+        images = tuple(i for _, i in shown)
+        if not any(self.sees(w) for w in self.d.workers.values()):
+            note += " (not shown: no worker in the pool can see images)"
+            images = ()
+        self._append(Message(role="user", content=note, images=images))
 
     def _call_tool(self, call: ToolCall, ctx: ToolContext, site: Site) -> tuple[ToolCall, ToolResult]:
         """Run one call between the hooks: each may refuse it, change it or add to its result. Returns the
@@ -464,6 +484,7 @@ class _Step:
         self.state = state
         self.compacted: set[str] = set()  # what triggered a compaction in this step (each at most once)
         self.masked: dict[str, str] = {}
+        self.blind: dict[str, str] = {}  # masked because the step has images they cannot see
 
     def route(self, ex: Exclusions) -> RouteDecision:
         run = self.run
@@ -475,17 +496,21 @@ class _Step:
                 if run.guard and run._compact(run.guard.roomiest(avoid), "no-fit"):
                     continue
             self.masked = dict(counted.masked) if counted else {}
+            workers = list(run.d.workers.values())
+            self.blind = seeing.blind(workers, run.sees, avoid) if seeing.fresh(run.messages) else {}
+            masked = {**self.masked, **self.blind}
             decision = run.pick(
                 dataclasses.replace(
                     self.state,
                     messages=tuple(run.messages),
-                    excluded=frozenset(avoid | self.masked.keys()),
+                    excluded=frozenset(avoid | masked.keys()),
                     failover=ex.failover,
-                    masked=self.masked,
+                    masked=masked,
                 )
             )
-            if self.masked:
-                why = "; ".join(x for x in (decision.reason, counted.reason() if counted else "") if x)
+            if masked:
+                sight = "masked (images): " + "; ".join(self.blind.values()) if self.blind else ""
+                why = "; ".join(x for x in (decision.reason, counted.reason() if counted else "", sight) if x)
                 decision = dataclasses.replace(decision, reason=why)
             worker = run.d.workers[decision.worker]
             if counted and counted.past_threshold(worker.name) and "threshold" not in self.compacted:
@@ -496,9 +521,10 @@ class _Step:
 
     def send(self, attempt: Try) -> Completion:
         run, worker = self.run, attempt.worker
+        request = run._request(attempt.decision.role)
         return run.d.llm.complete(
             worker,
-            run._request(attempt.decision.role),
+            request if run.sees(worker) else run.text_only(request),
             run.d.tools.schemas(),
             on_text=run._streamer(worker.name) if run.io.stream else None,
             cancel=run.io.cancel,
@@ -536,7 +562,10 @@ class _AllFailed(Exception):
 
 def _nobody_left(e: AllFailed, masked: Mapping[str, str]) -> str:
     if masked and not e.failures and not e.cooling:
-        return "no worker's window can hold the transcript, even compacted: " + "; ".join(masked.values())
+        why = "; ".join(masked.values())
+        if all(m.endswith("cannot see images") for m in masked.values()):
+            return f"no worker can take this step: {why}"
+        return f"no worker can take this step (no window can hold the transcript, even compacted): {why}"
     if not masked:
         return str(e)
     return f"{e}; " + "; ".join(masked.values())

@@ -7,6 +7,7 @@ Tests inject a scripted LLM or an approver here instead of patching. Never print
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -27,7 +28,7 @@ from fugu_cli.hooks import HookEnv, Hooks, ToolHooks
 from fugu_cli.ledger import Ledger
 from fugu_cli.llm import LLM
 from fugu_cli.llm.tokens import CharTokens, TokenCounter
-from fugu_cli.options import RunOptions, find_repo_root
+from fugu_cli.options import RunOptions, added_dir, find_repo_root
 from fugu_cli.pool import usable_pool, with_table_prices
 from fugu_cli.redact import register_secret_env
 from fugu_cli.router import Router
@@ -324,8 +325,10 @@ def assemble(
         deny=(*config.permissions.deny, *opts.deny),
     )
     tool_ctx = configure_tools(config, root, permission, approver)
+    dirs = tuple(added_dir(d, opts.cwd) for d in opts.add_dirs)
     extensions = extension_config(config, opts, root)
-    instructions = Instructions(root, opts.cwd, config.context.instructions_tokens, user_config_path().parent)
+    budget = config.context.instructions_tokens
+    instructions = Instructions(root, opts.cwd, budget, user_config_path().parent, dirs)
     hooks = Hooks(extensions.hooks, HookEnv(root, tool_ctx.sandbox), sid)
     registry = ToolRegistry.default()
     mcp = None
@@ -334,6 +337,8 @@ def assemble(
 
         mcp = McpManager(extensions.servers, root, tool_ctx.sandbox, fugu_home())
         registry = registry.with_source(McpTools(mcp))
+    if config.web.search:
+        registry = with_search(registry, config.web.search)
     around: list[ToolHooks] = [hooks] if hooks else []
     agent = AgentDeps(
         llm=llm or resolved.shared.llm(config),
@@ -356,6 +361,7 @@ def assemble(
         worker=config.worker,
         ultra=config.ultra,
         limits=Limits(max_steps=_max_steps(config, opts, router), max_budget_usd=config.max_budget_usd),
+        dirs=dirs,
         check=check,
     )
     session_config = SessionConfig(
@@ -469,6 +475,16 @@ def _custom_command_names(root: Path) -> tuple[str, ...]:
     return tuple(c.name for c in custom_commands.load(root).values())
 
 
+def with_search(registry: ToolRegistry, provider: str) -> ToolRegistry:
+    """`registry` with web_search through `provider` (`[web] search`)."""
+    from fugu_cli.tools.web_search import search_tool
+
+    try:
+        return registry.adding(search_tool(provider, registry.get))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
 def _tools(registry: ToolRegistry, opts: RunOptions) -> ToolRegistry:
     """The tools the workers see: all, or `--tools`'s, less the hidden ones (an MCP server's name hides all
     of its tools)."""
@@ -498,18 +514,30 @@ def context_policy(config: Config, tokens: TokenCounter) -> ContextPolicy:
 
 def repo_map_source(
     config: Config, root: Path, policy: ContextPolicy | None
-) -> Callable[[Sequence[Message]], str] | None:
-    """What gives each turn its repo map (None with `--no-repo-map` or a zero budget)."""
+) -> Callable[[Sequence[Message], Sequence[Path]], str] | None:
+    """What gives each turn its repo map (None with `--no-repo-map` or a zero budget): the repository's, and
+    each added folder's (the budget shared)."""
     c = config.context
     if not c.repo_map or c.repo_map_tokens <= 0 or policy is None:
         return None
     from fugu_cli.context.repomap import RepoMap
 
-    repo = RepoMap(root, fugu_home() / "repomap", policy.counter)
+    counter = policy.counter
+    maps: dict[Path, RepoMap] = {root: RepoMap(root, fugu_home() / "repomap", counter)}
     budget = c.repo_map_tokens
 
-    def make(messages: Sequence[Message]) -> str:
-        return repo.render(messages, budget)
+    def make(messages: Sequence[Message], dirs: Sequence[Path]) -> str:
+        share = budget // (1 + len(dirs))
+        parts = [maps[root].render(messages, share if dirs else budget)]
+        for folder in dirs:
+            repo = maps.setdefault(folder, RepoMap(folder, fugu_home() / "repomap", counter))
+            text = repo.render(messages, share)
+            if text:
+                where = os.path.relpath(folder, root)
+                parts.append(
+                    f"In {where}/ (a folder added beside the repository; paths are relative to it):\n{text}"
+                )
+        return "\n\n".join(p for p in parts if p)
 
     return make
 

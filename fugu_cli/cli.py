@@ -219,6 +219,16 @@ def run(
     strict_mcp_config: Annotated[
         bool, typer.Option("--strict-mcp-config", help="Use only the MCP servers of --mcp-config.")
     ] = False,
+    add_dir: Annotated[
+        list[Path] | None,
+        typer.Option("--add-dir", help="Let the tools reach this folder beside the repository (repeatable)."),
+    ] = None,
+    image: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--image", help="Send this picture with the task, to a worker that sees images (repeatable)."
+        ),
+    ] = None,
     version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
 ) -> None:
     """Run a task (fugu TASK, fugu -p TASK, or the task on stdin), or open the REPL."""
@@ -248,6 +258,8 @@ def run(
         repo_map=False if no_repo_map else None,
         mcp_config=tuple(mcp_config or ()),
         strict_mcp_config=strict_mcp_config,
+        add_dirs=tuple(add_dir or ()),
+        images=tuple(image or ()),
         check=check,
     )
     out = runner.Output(

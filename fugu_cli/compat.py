@@ -81,6 +81,8 @@ CLAUDE_TOOLS: dict[str, tuple[str, ...]] = {
     "MultiEdit": ("edit_file",),
     "Glob": ("glob",),
     "Grep": ("grep",),
+    "WebFetch": ("web_fetch",),
+    "WebSearch": ("web_search",),
 }
 _READ_TOOLS = ("Read", "Glob", "Grep", "LS")
 _RULE = re.compile(r"^(?P<name>[A-Za-z_][\w.-]*)(?:\((?P<arg>.*)\))?$", re.DOTALL)
@@ -173,6 +175,10 @@ def _allow(rule: str, allow: list[str], notes: list[str]) -> None:
         return  # reads need no permission in fugu
     elif name.startswith("mcp__") and not arg:
         allow.append(_mcp(name))  # a server's tools (mcp__github) or one of them (mcp__github__get_issue)
+    elif name in ("WebFetch", "web_fetch"):
+        allow.append(_web(rule, arg, notes) if arg else "web")  # WebFetch(domain:docs.python.org)
+    elif name in ("WebSearch", "web_search"):
+        notes.append(f"--allowedTools {rule}: web_search is asked for by its host; name it in [web] allow")
     else:
         notes.append(f"--allowedTools {rule}: fugu has no such tool; ignored")
 
@@ -222,7 +228,25 @@ def _deny(rule: str, deny: list[str], remove: list[str], notes: list[str]) -> No
     elif name.startswith("mcp__"):
         deny.append(_mcp(name))
         remove.append(_mcp(name))
-    # anything else (WebFetch, Task) is a tool fugu does not have: refusing it is already true
+    elif name in ("WebFetch", "web_fetch"):
+        if arg:
+            deny.append(_web(rule, arg, notes))
+        else:
+            deny.append("web")
+            remove.append("web_fetch")
+    elif name in ("WebSearch", "web_search"):
+        remove.append("web_search")
+    # anything else (Task) is a tool fugu does not have: refusing it is already true
+
+
+def _web(rule: str, arg: str, notes: list[str]) -> str:
+    """`WebFetch(domain:docs.python.org)` -> `web:docs.python.org` (fugu asks per host)."""
+    host = arg.strip().removeprefix("domain:").strip().lower()
+    if not re.fullmatch(r"[a-z0-9.-]+", host):
+        raise UsageError(
+            f"tool rule {rule!r}: write it as WebFetch(domain:HOST), e.g. WebFetch(domain:github.com)"
+        )
+    return f"web:{host}"
 
 
 def _mcp(name: str) -> str:
@@ -248,7 +272,6 @@ def _only(tools: str, notes: list[str]) -> tuple[str, ...]:
 # Claude Code flags fugu cannot honour: a run that asked for them would silently do something else.
 REFUSED: dict[str, str] = {
     "--settings": "fugu reads .fugu/config.toml and FUGU_* variables, not Claude Code's --settings",
-    "--add-dir": "fugu works in one repository; it cannot open --add-dir directories to its workers",
     "--plugin-dir": "fugu has no plugins",
     "--json-schema": "fugu cannot force a structured answer (--json-schema)",
     "--session-id": "fugu chooses its own session ids; continue one with --resume ID",

@@ -45,6 +45,7 @@ class WorkerConfig(BaseModel):
     price_out: float | None = Field(default=None, ge=0)
     context_limit: int | None = Field(default=None, gt=0)
     price_cached: float | None = Field(default=None, ge=0)
+    vision: bool | None = None  # it accepts images (default: as litellm's model table says)
     embedding_model: str | None = Field(default=None, min_length=1)  # served on fugu serve's /v1/embeddings
 
 
@@ -94,12 +95,33 @@ class ToolSettings(BaseModel):
     keep_checkpoint_sessions: int = Field(default=20, ge=1)
 
 
-class ChecksSettings(BaseModel):
-    """`[checks]`: `verify` is a shell command that judges each attempt at a turn (as `--check` does): it
-    runs in the sandbox when a worker ends its attempt; exit code 0 passes."""
+class WebSettings(BaseModel):
+    """`[web]`: which hosts web_fetch reaches without asking or never, how much it reads, and web_search's
+    provider (docs/SECURITY.md, Web)."""
 
     model_config = _STRICT
 
+    allow: list[str] = Field(default_factory=list)  # hosts (and their subdomains); "*": every public host
+    deny: list[str] = Field(default_factory=list)
+    max_bytes: int = Field(default=2_000_000, ge=1_000)
+    timeout_s: float = Field(default=30.0, gt=0)
+    search: str | None = None  # "brave" (a key in BRAVE_API_KEY), or an MCP tool: "mcp__server__tool"
+    search_url: str | None = None
+    search_key_env: str | None = None
+
+
+class ChecksSettings(BaseModel):
+    """`[checks]`: `after_edit` commands run in the sandbox after each edit (and `lsp`, a language server,
+    is asked about the edited files), their findings given back to the worker; `verify` is a shell command
+    that judges each attempt at a turn (as `--check` does): it runs in the sandbox when a worker ends its
+    attempt; exit code 0 passes."""
+
+    model_config = _STRICT
+
+    after_edit: list[str] = Field(default_factory=list)  # "ruff check {files}": {files} is the edited files
+    lsp: list[str] = Field(default_factory=list)  # a language server's command, e.g. ["pylsp"]
+    timeout_s: float = Field(default=60.0, gt=0)
+    max_chars: int = Field(default=4000, ge=200)  # of the findings given back after one edit
     verify: str | None = None
     verify_timeout_s: float = Field(default=600.0, gt=0)
 
@@ -255,6 +277,7 @@ class Config(BaseModel):
     hooks: dict[HookEventName, list[HookSettings]] = Field(default_factory=dict)
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
+    web: WebSettings = Field(default_factory=WebSettings)
     checks: ChecksSettings = Field(default_factory=ChecksSettings)
     # what an untrusted project config asked for and did not get ("workers", "permission_mode=full-auto")
     _ignored: tuple[str, ...] = PrivateAttr(default=())
@@ -378,18 +401,19 @@ def needs_trust(cwd: Path) -> list[str]:
 def untrusted_settings(layer: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Split a project layer into what an untrusted folder may set and what is ignored (described)."""
     kept = {k: v for k, v in layer.items() if k in _SAFE_PROJECT_KEYS}
-    special = ("permission_mode", "permissions")
+    special = ("permission_mode", "permissions", "web")
     ignored = [k for k in layer if k not in _SAFE_PROJECT_KEYS and k not in special]
     mode = layer.get("permission_mode")
     if mode == "read-only":  # more careful is always fine
         kept["permission_mode"] = mode
     elif mode is not None:
         ignored.append(f"permission_mode={mode}")
-    rules = layer.get("permissions")
-    if isinstance(rules, dict):
-        if rules.get("deny"):
-            kept["permissions"] = {"deny": rules["deny"]}
-        ignored += [f"permissions.{k}" for k in rules if k != "deny"]
+    for table in ("permissions", "web"):  # deny rules only make fugu more careful
+        rules = layer.get(table)
+        if isinstance(rules, dict):
+            if rules.get("deny"):
+                kept[table] = {"deny": rules["deny"]}
+            ignored += [f"{table}.{k}" for k in rules if k != "deny"]
     return kept, ignored
 
 

@@ -44,6 +44,22 @@ def permission_mode(name: str) -> PermissionMode:
     raise UsageError(f"--permission-mode {name}: choose one of {', '.join(PERMISSION_MODE_NAMES)}")
 
 
+def added_dir(folder: Path, root: Path) -> Path:
+    """`folder` (relative to `root`) as a folder the tools may reach beside the repository at `root`; a usage
+    error when it is not a folder, or is the repository or inside it (already reachable)."""
+    path = (root / folder.expanduser()).resolve()
+    if not path.is_dir():
+        raise UsageError(f"--add-dir {folder}: no such folder")
+    top = root.resolve()
+    if path == top or path.is_relative_to(top):
+        raise UsageError(
+            f"--add-dir {folder}: it is inside the repository {top}, which the tools reach already"
+        )
+    if path == Path(path.anchor) or path == Path.home():
+        raise UsageError(f"--add-dir {folder}: add a project folder, not {path} itself")
+    return path
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """What the user asked for (None: not given, the configuration decides)."""
@@ -72,6 +88,8 @@ class RunOptions:
     repo_map: bool | None = None  # --no-repo-map: False
     mcp_config: tuple[str, ...] = ()  # --mcp-config: files or JSON strings of {"mcpServers": {...}}
     strict_mcp_config: bool = False  # --strict-mcp-config: only those servers
+    add_dirs: tuple[Path, ...] = ()  # --add-dir: folders beside the repository the tools may reach
+    images: tuple[Path, ...] = ()  # --image: pictures sent with the task
     check: str | None = None  # --check CMD: judges each attempt at a turn (beats [checks] verify)
 
     def overrides(self) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,12 +44,14 @@ from fugu_cli.turn_hooks import Refused, TurnClock, TurnHooks, refusal
 from fugu_cli.turn_settings import Check, Overrides, SettingsBox, TurnSettings
 from fugu_cli.types import (
     FallBack,
+    Image,
     Message,
     PermissionMode,
     RouteDecision,
     RouteState,
     TurnResult,
     Worker,
+    image_note,
 )
 
 if TYPE_CHECKING:
@@ -102,7 +105,8 @@ class SessionDeps:
     router: Router
     fallback: Router
     ultra: UltraMode | None = None
-    repo_map: Callable[[Sequence[Message]], str] | None = None  # the map given at the start of each turn
+    # the map given at the start of each turn (of the repository and the folders added beside it)
+    repo_map: Callable[[Sequence[Message], Sequence[Path]], str] | None = None
     hooks: Hooks | None = None  # SessionStart, UserPromptSubmit and Stop (tool hooks run in the agent)
     mcp: McpManager | None = None  # the session's MCP servers, stopped by `close`
     instructions: Instructions | None = None  # the AGENTS.md / CLAUDE.md files loaded (for /memory)
@@ -181,6 +185,21 @@ class Session:
         """The user answered "always" for `prefix`: allowed in every later turn of this session."""
         self._settings.grant(prefix)
 
+    def add_dir(self, folder: Path) -> Path:
+        """Let the following turns' tools reach `folder` beside the repository (`/add-dir`): readable, and
+        writable as the repository is. Returns it resolved."""
+        from fugu_cli.options import added_dir
+
+        found = added_dir(folder, self.config.root)
+        self._settings.add_dir(found)
+        if self.deps.instructions is not None:
+            self.deps.instructions.add_root(found)
+        return found
+
+    def roots(self) -> tuple[Path, ...]:
+        """The repository and the folders added beside it."""
+        return (self.config.root, *self.settings().dirs)
+
     @property
     def pool(self) -> tuple[Worker, ...]:
         return self.deps.pool
@@ -243,9 +262,13 @@ class Session:
         *,
         stream: bool | None = None,
         overrides: Overrides | None = None,
+        images: Sequence[Image] = (),
     ) -> TurnResult:
         """Handle one user message to a final answer (or a limit, a failure, an interrupt), under the
-        session's settings as they are now (plus `overrides`, for this turn only)."""
+        session's settings as they are now (plus `overrides`, for this turn only). `images` go with the
+        message (its text notes them) to a worker that can see them."""
+        if images:
+            text = f"{text}\n\n{image_note(images)}"
         settings = self.settings()
         if overrides is not None:
             self._check_worker(overrides.worker)
@@ -259,7 +282,7 @@ class Session:
             )
             io.emit(self._started(settings))
             self._tell(io.emit)
-            result = self._work(text, self.turn, settings, io, clock)
+            result = self._work(text, self.turn, settings, io, clock, tuple(images))
             result = dataclasses.replace(result, duration_ms=clock.wall_ms(), duration_api_ms=clock.api_ms)
             self.deps.store.finish_turn(
                 self.id, self.turn, result.status, result.result, result.usage.cost_usd
@@ -268,7 +291,15 @@ class Session:
             io.emit(TurnFinished(session_id=self.id, result=result))
             return result
 
-    def _work(self, text: str, turn: int, settings: TurnSettings, io: TurnIO, clock: TurnClock) -> TurnResult:
+    def _work(
+        self,
+        text: str,
+        turn: int,
+        settings: TurnSettings,
+        io: TurnIO,
+        clock: TurnClock,
+        images: tuple[Image, ...] = (),
+    ) -> TurnResult:
         """The turn itself: its prompt through the hooks, then the agent (or the conductor in ultra mode)
         with this turn's parts: the settings' policy, this session's checkpoint and grants."""
         store, emit = self.deps.store, io.emit
@@ -280,7 +311,7 @@ class Session:
             return refusal(self.id, refused.reason, clock.wall_ms())
         store.begin_turn(self.id, turn, text)
         store.touch_session(self.id, title=text.strip().splitlines()[0][:80] if text else None)
-        self._append(Message(role="user", content=prompt))
+        self._append(Message(role="user", content=prompt, images=images))
         checkpoint = self.checkpoints.before_edit(turn, emit)
         tool_ctx = dataclasses.replace(
             self.deps.agent.tool_ctx,
@@ -290,7 +321,7 @@ class Session:
             grant=self.grant,
             background=self.deps.background,
             leave_plan=self._plan_approved if settings.planning else None,
-        )
+        ).with_dirs(settings.dirs)
         tools = self.deps.agent.tools
         if self.deps.background is None:
             tools = tools.filtered(lambda n: n not in ("shell_output", "shell_kill"))
@@ -487,14 +518,19 @@ class Session:
         return tuple(qualified(server, p.name) for server, c in catalogs.items() for p in c.prompts)
 
     def repo_map_text(self) -> str:
-        """The repo map for the transcript as it stands ('' when the map is off or finds nothing)."""
+        """The repo map for the transcript as it stands ('' when the map is off or finds nothing), after the
+        folders added beside the repository."""
+        dirs = self.settings().dirs
+        added = ", ".join(os.path.relpath(d, self.config.root) + "/" for d in dirs)
+        head = f"Folders added beside the repository, which the tools reach too: {added}" if dirs else ""
         if self.deps.repo_map is None:
-            return ""
+            return head
         try:
-            return self.deps.repo_map(self.messages)
+            text = self.deps.repo_map(self.messages, dirs)
         except Exception as e:  # a broken map must not cost the turn
             log.warning("repo map failed", exc_info=e)
-            return ""
+            text = ""
+        return "\n\n".join(x for x in (head, text) if x)
 
     def context_used(self) -> list[tuple[str, int, Window]]:
         """(worker, tokens the next request would carry, its window) for each worker of the pool."""

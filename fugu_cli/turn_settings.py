@@ -1,6 +1,6 @@
 """What a turn runs under: `TurnSettings`, a value the session snapshots when a turn starts (permission mode,
 allow and deny rules with the user's "always" grants, plan mode, the forced worker, ultra mode, limits, the
-check), and
+folders added beside the repository, the check), and
 `SettingsBox`, the one place that changes them, behind a lock, for whoever calls from another thread (the
 REPL, stream-json control requests, serve) while a turn runs.
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from fugu_cli.agent import Limits
 from fugu_cli.tools import PermissionPolicy
@@ -33,6 +34,7 @@ class TurnSettings:
     worker: str | None = None  # forced by the user (`/worker NAME`, --worker, set_model); None: the router
     ultra: bool = False  # the turn goes to the conductor
     limits: Limits = field(default_factory=Limits)
+    dirs: tuple[Path, ...] = ()  # folders beside the repository the tools may reach (--add-dir, /add-dir)
     check: Check | None = None  # judges each attempt; a failed one is set aside and the next worker tries
     planning: bool = False  # plan mode: read-only until the user approves a plan (`exit_plan_mode`)
 
@@ -102,6 +104,11 @@ class SettingsBox:
     def set_ultra(self, on: bool) -> None:
         with self._lock:
             self._value = dataclasses.replace(self._value, ultra=on)
+
+    def add_dir(self, folder: Path) -> None:
+        with self._lock:
+            if folder not in self._value.dirs:
+                self._value = dataclasses.replace(self._value, dirs=(*self._value.dirs, folder))
 
     def grant(self, prefix: str) -> None:
         """The user answered "always": allow `prefix` in every later turn."""

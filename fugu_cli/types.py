@@ -36,8 +36,37 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
+class Image:
+    """An image a worker may see: its bytes as base64, their media type, and where it came from (a path or a
+    URL, for the text transcript)."""
+
+    media_type: str  # image/png, image/jpeg, image/gif, image/webp
+    data: str  # base64
+    name: str = ""
+
+    @property
+    def size(self) -> int:
+        """Bytes of the image itself."""
+        return len(self.data) * 3 // 4 - self.data[-2:].count("=")
+
+    def to_openai(self) -> dict[str, Any]:
+        return {"type": "image_url", "image_url": {"url": f"data:{self.media_type};base64,{self.data}"}}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"media_type": self.media_type, "data": self.data, "name": self.name}
+
+
+def image_note(images: Sequence[Image]) -> str:
+    """How a text transcript notes images: `[image: shot.png (image/png, 12 kB)]`."""
+    return " ".join(
+        f"[image: {i.name or 'unnamed'} ({i.media_type}, {max(i.size // 1000, 1)} kB)]" for i in images
+    )
+
+
+@dataclass(frozen=True)
 class Message:
-    """One transcript entry in OpenAI chat shape, plus the worker that wrote it (fugu's attribution)."""
+    """One transcript entry in OpenAI chat shape, plus the worker that wrote it (fugu's attribution) and the
+    images it carries (a user message's: the text notes them too)."""
 
     role: Role
     content: str | None = None
@@ -45,9 +74,13 @@ class Message:
     tool_call_id: str | None = None
     name: str | None = None
     worker: str | None = None
+    images: tuple[Image, ...] = ()
 
     def to_openai(self) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.images:
+            text = [{"type": "text", "text": self.content}] if self.content else []
+            out["content"] = [*text, *(i.to_openai() for i in self.images)]
         if self.role == "assistant" and self.tool_calls:
             out["tool_calls"] = [tc.to_openai() for tc in self.tool_calls]
         if self.role == "tool":
@@ -67,6 +100,8 @@ class Message:
         for key in ("tool_call_id", "name", "worker"):
             if getattr(self, key) is not None:
                 data[key] = getattr(self, key)
+        if self.images:
+            data["images"] = [i.to_json() for i in self.images]
         return data
 
     @classmethod
@@ -82,6 +117,9 @@ class Message:
             tool_call_id=data.get("tool_call_id"),
             name=data.get("name"),
             worker=data.get("worker"),
+            images=tuple(
+                Image(i["media_type"], i["data"], i.get("name", "")) for i in data.get("images") or ()
+            ),
         )
 
     def as_line(self) -> str:
@@ -130,6 +168,7 @@ class ToolResult:
     files_touched: tuple[str, ...] = ()
     denied: bool = False
     spent: tuple[tuple[str, WorkerUsage], ...] = ()  # what the call's subagent spent, by worker (`task`)
+    images: tuple[Image, ...] = ()  # images for the worker (read_file on a picture, an MCP tool's)
 
 
 @dataclass(frozen=True)
@@ -146,6 +185,7 @@ class Worker:
     price_out: float | None = None
     context_limit: int | None = None
     price_cached: float | None = None  # USD per million cached input tokens (a provider's prompt cache)
+    vision: bool | None = None  # it accepts images; None: as litellm's model table says
     embedding_model: str | None = None  # the litellm id of the embedding model its endpoint serves, if any
 
 

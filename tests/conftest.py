@@ -10,8 +10,9 @@ import pytest
 from tests.loopback import loopback, loopback_factory
 from tests.ray_kit import ray_instance
 from tests.serve_kit import serve
+from tests.web_kit import pages
 
-__all__ = ["loopback", "loopback_factory", "ray_instance", "serve"]
+__all__ = ["loopback", "loopback_factory", "pages", "ray_instance", "serve"]
 
 _KEY_SUFFIXES = ("_API_KEY", "_API_TOKEN")
 

@@ -21,9 +21,9 @@ def test_tool_lists_split_on_commas_and_spaces_but_keep_a_rule_whole() -> None:
 
 
 def test_allowed_rules_grant_what_they_name_and_no_more() -> None:
-    rules = tool_rules(["Bash(git status:*),Bash(pytest *),Edit,Read,WebFetch"], [])
+    rules = tool_rules(["Bash(git status:*),Bash(pytest *),Edit,Read,Task"], [])
     assert rules.allow == ("shell:git status", "shell:pytest", "edit")
-    assert rules.notes == ("--allowedTools WebFetch: fugu has no such tool; ignored",)
+    assert rules.notes == ("--allowedTools Task: fugu has no such tool; ignored",)
     policy = PermissionPolicy(mode="ask", allow=list(rules.allow))
     decide = [policy.check("exec", p) for p in command_prefixes("git status -s && pytest -q")]
     assert decide == ["allow", "allow"]
@@ -60,8 +60,9 @@ def test_the_tools_flag_names_the_only_tools() -> None:
 
 
 def test_flags_fugu_cannot_honour_are_refused_and_tuning_flags_ignored_once() -> None:
-    with pytest.raises(UsageError, match="--add-dir: fugu works in one repository"):
-        screen_argv(["--output-format", "stream-json", "--add-dir", "/tmp"])
+    with pytest.raises(UsageError, match="--settings: fugu reads"):
+        screen_argv(["--output-format", "stream-json", "--settings", "s.json"])
+    assert screen_argv(["--add-dir", "../lib"]) == (["--add-dir", "../lib"], [])  # fugu's own flag now
     servers = ["--mcp-config", '{"mcpServers": {}}', "--strict-mcp-config"]
     assert screen_argv(servers) == (servers, [])  # fugu's own MCP client takes them
     with pytest.raises(UsageError, match="--permission-mode auto: fugu has no model that judges"):
@@ -75,6 +76,21 @@ def test_flags_fugu_cannot_honour_are_refused_and_tuning_flags_ignored_once() ->
     assert args == ["-p", "x"]
     assert [n.split(" ")[0] for n in notes] == ["--fallback-model", "--setting-sources"]
     assert screen_argv(["--", "--mcp-config"]) == (["--", "--mcp-config"], [])
+
+
+def test_web_fetch_rules_name_hosts_and_a_refusal_hides_the_tools() -> None:
+    rules = tool_rules(["WebFetch(domain:docs.python.org)"], ["WebFetch(domain:evil.example)"])
+    assert (rules.allow, rules.deny, rules.remove) == (("web:docs.python.org",), ("web:evil.example",), ())
+    policy = PermissionPolicy(mode="ask", allow=rules.allow, deny=rules.deny)
+    assert policy.check("web", "web:docs.python.org") == "allow"
+    assert policy.check("web", "web:evil.example") == "deny"
+    assert policy.check("web", "web:other.example") == "ask"
+    assert tool_rules(["WebFetch"], []).allow == ("web",)
+    refused = tool_rules([], ["WebFetch", "WebSearch"])
+    assert refused.deny == ("web",) and refused.remove == ("web_fetch", "web_search")
+    assert tool_rules([], [], "Read,WebFetch").only == ("read_file", "web_fetch")
+    with pytest.raises(UsageError, match="WebFetch\\(domain:HOST\\)"):
+        tool_rules(["WebFetch(https://x/*)"], [])
 
 
 def test_the_typescript_sdks_flags_are_honoured_or_refused() -> None:

@@ -26,6 +26,7 @@ from acp.schema import (
     AvailableCommand,
     AvailableCommandInput,
     EmbeddedResourceContentBlock,
+    ImageContentBlock,
     Implementation,
     InitializeResponse,
     ListSessionsResponse,
@@ -57,7 +58,7 @@ from fugu_cli.events import Event
 from fugu_cli.options import RunOptions
 from fugu_cli.tools import Approver
 from fugu_cli.turn_settings import Overrides
-from fugu_cli.types import PERMISSION_MODES, PermissionMode, TurnResult
+from fugu_cli.types import PERMISSION_MODES, Image, PermissionMode, TurnResult
 
 if TYPE_CHECKING:
     from fugu_cli.session import Session
@@ -116,7 +117,7 @@ class FuguAgent:
             protocol_version=min(protocol_version, PROTOCOL_VERSION),
             agent_capabilities=AgentCapabilities(
                 load_session=True,
-                prompt_capabilities=PromptCapabilities(embedded_context=True),
+                prompt_capabilities=PromptCapabilities(embedded_context=True, image=True),
                 session_capabilities=SessionCapabilities(list=SessionListCapabilities()),
             ),
             auth_methods=[],
@@ -192,11 +193,14 @@ class FuguAgent:
         live = self._get(session_id)
         if live.running is not None:
             raise RequestError.invalid_request({"details": "a prompt is already running in this session"})
-        text = prompt_text(prompt)
+        images = prompt_images(prompt)
+        text = prompt_text(prompt, pictures=bool(images))
         cancel = threading.Event()
         live.running = live.asker.cancel = cancel
         try:
-            result = await asyncio.get_running_loop().run_in_executor(None, self._turn, live, text, cancel)
+            result = await asyncio.get_running_loop().run_in_executor(
+                None, self._turn, live, text, cancel, images
+            )
         except FuguError as e:  # e.g. a custom command whose worker is not in the pool
             raise RequestError.invalid_params({"details": str(e)}) from None
         finally:
@@ -230,7 +234,9 @@ class FuguAgent:
 
     # ---------------------------------------------------------------------------------------------------
 
-    def _turn(self, live: _Live, text: str, cancel: threading.Event) -> TurnResult:
+    def _turn(
+        self, live: _Live, text: str, cancel: threading.Event, images: Sequence[Image] = ()
+    ) -> TurnResult:
         """One turn; a prompt that is a custom command or an MCP prompt (`/fix-issue 12`) runs as its
         prompt, with its worker and allowed tools, as in the REPL and stream-json."""
         from fugu_cli.ui.commands import parse
@@ -251,7 +257,7 @@ class FuguAgent:
                     self.outbox.note(sid, update)
 
         overrides = Overrides(worker, tuple(allow)) if prompted is not None else None
-        return session.run_turn(text, emit, cancel, stream=True, overrides=overrides)
+        return session.run_turn(text, emit, cancel, stream=True, overrides=overrides, images=images)
 
     def _commands(self, live: _Live) -> None:
         """Tell the client the custom commands and MCP prompts it can offer after `/`."""
@@ -318,8 +324,28 @@ class FuguAgent:
         ]
 
 
-def prompt_text(blocks: Sequence[Any]) -> str:
-    """The prompt's text: its text blocks, and embedded text resources (an editor's selection or file)."""
+def prompt_images(blocks: Sequence[Any]) -> list[Image]:
+    """The prompt's pictures (an editor's pasted screenshot); one fugu cannot send is an invalid prompt."""
+    import base64
+    import binascii
+
+    from fugu_cli.tools.images import NotAnImage, image_of
+
+    images: list[Image] = []
+    for block in blocks:
+        if isinstance(block, ImageContentBlock):
+            try:
+                images.append(
+                    image_of(base64.b64decode(block.data, validate=True), block.uri or "pasted image")
+                )
+            except (binascii.Error, NotAnImage) as e:
+                raise RequestError.invalid_params({"details": f"an image of the prompt: {e}"}) from None
+    return images
+
+
+def prompt_text(blocks: Sequence[Any], *, pictures: bool = False) -> str:
+    """The prompt's text: its text blocks, and embedded text resources (an editor's selection or file); it
+    may be empty when the prompt has `pictures`."""
     parts: list[str] = []
     for block in blocks:
         if isinstance(block, TextContentBlock):
@@ -333,7 +359,7 @@ def prompt_text(blocks: Sequence[Any]) -> str:
         elif isinstance(block, ResourceContentBlock):
             parts.append(f"(see {block.uri})")
     text = "\n\n".join(p for p in parts if p)
-    if not text.strip():
+    if not text.strip() and not pictures:
         raise RequestError.invalid_params({"details": "the prompt has no text fugu can read"})
     return text
 

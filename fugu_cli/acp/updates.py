@@ -58,6 +58,8 @@ KINDS = {
     "git_diff": "read",
     "git_log": "read",
     "git_commit": "execute",
+    "web_fetch": "fetch",
+    "web_search": "fetch",
 }
 OPTIONS: dict[str, Answer] = {"allow": "yes", "always": "always", "reject": "no"}
 

@@ -5,13 +5,16 @@ within one budget (`[context] instructions_tokens`, counted as characters / 4). 
 cut, and files after the budget is spent are skipped; `/memory` lists what was loaded.
 
 The first three levels go into the system prompt; a folder reached later adds its file to the result of the
-tool call that reached it. Reads files only.
+tool call that reached it. A folder added beside the repository (--add-dir) counts as a root of its own: its
+file joins the system prompt when added at start, else the first call that reaches it. Reads files only.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -30,7 +33,7 @@ class InstructionFile:
 
     path: Path
     label: str  # "~/.config/fugu/AGENTS.md", "AGENTS.md", "pkg/CLAUDE.md"
-    level: str  # user | root | folder
+    level: str  # user | root | folder | added
     tokens: int  # of the file itself
     used: int  # tokens given to the workers (less when cut; 0 when skipped)
 
@@ -48,14 +51,25 @@ def tokens(text: str) -> int:
 class Instructions:
     """The instruction files of one session and what is left of their budget."""
 
-    def __init__(self, root: Path, cwd: Path, budget: int, user_dir: Path) -> None:
+    def __init__(self, root: Path, cwd: Path, budget: int, user_dir: Path, dirs: Sequence[Path] = ()) -> None:
         self.root = root.resolve()
         self.budget = budget
         self._lock = threading.Lock()
         self._files: list[InstructionFile] = []
         self._seen: set[Path] = set()  # folders whose own file was looked for
+        self._roots: list[Path] = [self.root]  # the repository, then the folders added beside it
         self._left = budget
-        self._initial = self._take(self._initial_files(user_dir, cwd.resolve()))
+        found = self._initial_files(user_dir, cwd.resolve())
+        for folder in dirs:
+            self._roots.append(folder.resolve())
+            found += self._folders(folder.resolve())
+        self._initial = self._take(found)
+
+    def add_root(self, folder: Path) -> None:
+        """A folder added beside the repository: its files come with the first call that reaches it."""
+        with self._lock:
+            if folder.resolve() not in self._roots:
+                self._roots.append(folder.resolve())
 
     @property
     def files(self) -> list[InstructionFile]:
@@ -77,9 +91,8 @@ class Instructions:
             for rel in paths:
                 target = (self.root / rel).resolve()
                 folder = target if target.is_dir() else target.parent
-                if not folder.is_relative_to(self.root):
-                    continue
-                found += self._folders(folder)
+                if any(folder.is_relative_to(r) for r in self._roots):
+                    found += self._folders(folder)
         return self._take(found)
 
     # --- ToolHooks: a folder a call reaches brings its instructions along ---------------------------------
@@ -110,9 +123,12 @@ class Instructions:
         return out
 
     def _folders(self, folder: Path) -> list[tuple[Path, str, str]]:
-        """Files of `folder` and its parents below the root not looked at yet, outermost first."""
+        """Files of `folder` and its parents below its root not looked at yet, outermost first (an added
+        folder's own file too)."""
+        holders = [r for r in self._roots if folder.is_relative_to(r)]
+        top = max(holders, key=lambda r: len(r.parts), default=self.root)
         chain = [folder, *folder.parents]
-        below = [d for d in chain if d != self.root and d.is_relative_to(self.root)]
+        below = [d for d in chain if d.is_relative_to(top) and (d != self.root)]
         out = []
         for d in reversed(below):
             if d in self._seen:
@@ -120,7 +136,8 @@ class Instructions:
             self._seen.add(d)
             own = _own_file(d)
             if own is not None:
-                out.append((own, own.relative_to(self.root).as_posix(), "folder"))
+                label = Path(os.path.relpath(own, self.root)).as_posix()
+                out.append((own, label, "added" if d == top and top != self.root else "folder"))
         return out
 
     def _take(self, found: list[tuple[Path, str, str]]) -> str:
@@ -155,6 +172,7 @@ def _section(label: str, level: str, text: str, *, cut: bool) -> str:
         "user": "the user's own instructions, for every repository",
         "root": "the repository's instructions",
         "folder": f"instructions for the files under {label.rsplit('/', 1)[0]}/",
+        "added": f"instructions for the folder {label.rsplit('/', 1)[0]}/, added beside the repository",
     }[level]
     tail = "\n[... cut: the instruction files' budget is spent]" if cut else ""
     return f"Instructions from {label} ({where}):\n{text}{tail}"

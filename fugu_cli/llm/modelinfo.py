@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 TABLE_FILE = "model_prices_and_context_window_backup.json"
-FIELDS = ("max_input_tokens", "max_output_tokens", "tokenizer")
+FIELDS = ("max_input_tokens", "max_output_tokens", "tokenizer", "supports_vision")
 Counter = Callable[[str], int]
 
 
@@ -108,9 +108,9 @@ def _encoding_args(tiktoken: Any, name: str, cache_dir: Path | None) -> dict[str
 
 
 class ModelInfo:
-    """`get(model)`: litellm's max_input_tokens and max_output_tokens for `model` (each None when unknown)
-    and its `tokenizer` family, from the file at `path` when it was asked before with the same table, else
-    from litellm."""
+    """`get(model)`: litellm's max_input_tokens and max_output_tokens for `model` (each None when unknown),
+    whether it `supports_vision` and its `tokenizer` family, from the file at `path` when it was asked before
+    with the same table, else from litellm."""
 
     def __init__(self, litellm: Callable[[], Any], path: Path | None) -> None:
         self._litellm = litellm
@@ -138,6 +138,7 @@ class ModelInfo:
         except Exception:
             info = {}
         out: dict[str, Any] = {k: _int(info.get(k)) for k in ("max_input_tokens", "max_output_tokens")}
+        out["supports_vision"] = bool(info.get("supports_vision"))
         return out | {"tokenizer": litellm_tokenizer(litellm, model)[0]}
 
     def _load(self) -> dict[str, dict[str, Any]]:

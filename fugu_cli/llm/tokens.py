@@ -24,6 +24,9 @@ DEFAULT_WINDOW = 32_768  # a model litellm does not know and the pool gives no c
 DEFAULT_RESERVE = 4_096
 MAX_RESERVE = 8_192
 MESSAGE_OVERHEAD = 4  # role and separators around every chat message
+# What one image costs a request, counted before it is sent: about the most Anthropic (1,600 for a 1.15
+# megapixel image) and OpenAI (about 1,100 at high detail) charge for one, so a request with images fits.
+IMAGE_TOKENS = 1_600
 CACHE_SIZE = 50_000
 # Every tokenizer fugu counts with (tiktoken's and the byte-level BPE ones litellm ships, or four characters
 # a token) gives each token at least one byte of the text; a tokenizer may add a start and an end token.
@@ -37,7 +40,7 @@ def at_most(text: str) -> int:
 
 def message_bound(message: Message) -> int:
     """An upper bound of `TokenCounter.message` for any counter (see `at_most`)."""
-    return at_most(message_text(message)) + MESSAGE_OVERHEAD
+    return at_most(message_text(message)) + MESSAGE_OVERHEAD + IMAGE_TOKENS * len(message.images)
 
 
 def tools_bound(tools: Sequence[Mapping[str, Any]]) -> int:
@@ -81,6 +84,10 @@ class TokenCounter(Protocol):
 
     def tools(self, worker: Worker, tools: Sequence[Mapping[str, Any]]) -> int:
         """Tokens of the tool schemas sent with every request (cached per family)."""
+        ...
+
+    def sees_images(self, worker: Worker) -> bool:
+        """Whether `worker` accepts image parts: the pool's `vision`, else its model's entry in the table."""
         ...
 
 
@@ -151,13 +158,16 @@ class CharTokens:
         )
 
     def message(self, worker: Worker, message: Message) -> int:
-        return len(message_text(message)) // 4 + MESSAGE_OVERHEAD
+        return len(message_text(message)) // 4 + MESSAGE_OVERHEAD + IMAGE_TOKENS * len(message.images)
 
     def text(self, worker: Worker | None, text: str) -> int:
         return len(text) // 4
 
     def tools(self, worker: Worker, tools: Sequence[Mapping[str, Any]]) -> int:
         return len(_schemas_text(tools)) // 4
+
+    def sees_images(self, worker: Worker) -> bool:
+        return bool(worker.vision)
 
 
 class LiteLLMTokens:
@@ -189,7 +199,8 @@ class LiteLLMTokens:
 
     def message(self, worker: Worker, message: Message) -> int:
         family, encode = self._tokenizer(worker.model)
-        return self._counts.get(family, message, lambda: encode(message_text(message)) + MESSAGE_OVERHEAD)
+        extra = MESSAGE_OVERHEAD + IMAGE_TOKENS * len(message.images)
+        return self._counts.get(family, message, lambda: encode(message_text(message)) + extra)
 
     def text(self, worker: Worker | None, text: str) -> int:
         return int(self._tokenizer(worker.model if worker else "gpt-4")[1](text))
@@ -201,6 +212,11 @@ class LiteLLMTokens:
         if key not in self._tools:
             self._tools[key] = int(encode(text)) if tools else 0
         return self._tools[key]
+
+    def sees_images(self, worker: Worker) -> bool:
+        if worker.vision is not None:
+            return worker.vision
+        return bool(self._info.get(worker.model).get("supports_vision"))
 
     def _tokenizer(self, model: str) -> tuple[str, Callable[[str], int]]:
         with self._lock:

@@ -230,8 +230,11 @@ def _resource(r: Any) -> ResourceInfo:
     return ResourceInfo(str(r.uri), r.name or "", r.mime_type or "")
 
 
-async def call_tool(client: Any, tool: str, arguments: dict[str, Any], timeout_s: float) -> tuple[str, bool]:
-    """(text for the model, is_error) of one tool call; CallTimedOut if the server did not answer in time."""
+async def call_tool(
+    client: Any, tool: str, arguments: dict[str, Any], timeout_s: float
+) -> tuple[str, bool, list[tuple[str, str]]]:
+    """(text for the model, is_error, images as (media type, base64)) of one tool call; CallTimedOut if the
+    server did not answer in time."""
     from mcp.shared.exceptions import MCPError
     from mcp_types import REQUEST_TIMEOUT
 
@@ -241,12 +244,22 @@ async def call_tool(client: Any, tool: str, arguments: dict[str, Any], timeout_s
         if e.code == REQUEST_TIMEOUT:
             raise CallTimedOut(tool) from None
         raise
-    parts = [_block_text(b) for b in getattr(result, "content", None) or ()]
+    blocks = list(getattr(result, "content", None) or ())
+    images = [(str(b.mime_type), str(b.data)) for b in blocks if _sendable_image(b)]
+    parts = ["[image: attached below]" if _sendable_image(b) else _block_text(b) for b in blocks]
     text = "\n".join(p for p in parts if p)
     structured = getattr(result, "structured_content", None)
     if not text and structured is not None:
         text = json.dumps(structured, ensure_ascii=False, indent=2)
-    return text or "(no output)", bool(getattr(result, "is_error", False))
+    return text or "(no output)", bool(getattr(result, "is_error", False)), images
+
+
+def _sendable_image(block: Any) -> bool:
+    """An image block a worker can be shown: a picture type providers take, small enough to send."""
+    mime = getattr(block, "mime_type", "") or ""
+    data = getattr(block, "data", "") or ""
+    sendable = ("image/png", "image/jpeg", "image/gif", "image/webp")
+    return getattr(block, "type", "") == "image" and mime in sendable and 0 < len(data) <= MAX_IMAGE_B64
 
 
 async def get_prompt(client: Any, name: str, arguments: dict[str, str]) -> str:
@@ -258,6 +271,9 @@ async def get_prompt(client: Any, name: str, arguments: dict[str, str]) -> str:
 async def read_resource(client: Any, uri: str) -> str:
     result = await client.read_resource(uri)
     return "\n".join(_contents_text(c) for c in result.contents)
+
+
+MAX_IMAGE_B64 = 7 * 1024 * 1024  # base64 of 5 MiB, the most a provider takes for one image
 
 
 def _block_text(block: Any) -> str:

@@ -116,7 +116,7 @@ class McpManager:
 
     def call_tool(
         self, server: str, tool: str, arguments: dict[str, Any], cancel: threading.Event | None = None
-    ) -> tuple[str, bool]:
+    ) -> tuple[str, bool, list[tuple[str, str]]]:
         from fugu_cli.mcp import client
 
         srv = self._ready(server)

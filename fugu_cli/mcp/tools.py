@@ -14,6 +14,7 @@ from fugu_cli.mcp.manager import McpManager, McpUnavailable
 from fugu_cli.tools import Part
 from fugu_cli.tools.base import Invocation, ToolFailed
 from fugu_cli.tools.registry import Tool
+from fugu_cli.types import Image
 
 MAX_DESCRIPTION = 2000
 
@@ -42,7 +43,7 @@ def _tool(manager: McpManager, server: str, info: ToolInfo) -> Tool:
     def call(inv: Invocation, **arguments: Any) -> str:
         gate(inv, name, info.read_only, arguments)
         try:
-            text, is_error = manager.call_tool(server, info.name, arguments, inv.ctx.cancel)
+            text, is_error, images = manager.call_tool(server, info.name, arguments, inv.ctx.cancel)
         except McpUnavailable as e:
             raise ToolFailed(str(e)) from None
         finally:
@@ -51,6 +52,7 @@ def _tool(manager: McpManager, server: str, info: ToolInfo) -> Tool:
                     inv.ctx.notify(notice)
         if is_error:
             raise ToolFailed(text)
+        inv.images.extend(Image(mime, data, f"{name} image") for mime, data in images)
         return text
 
     description = (info.description or info.name)[:MAX_DESCRIPTION]

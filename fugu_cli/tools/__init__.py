@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 from fugu_cli.types import PermissionMode
 
-ToolKind = Literal["read", "edit", "exec"]
+ToolKind = Literal["read", "edit", "exec", "web"]
 PROTECTED_PREFIX = "protected:"
 # repository files that configure what fugu (or Claude Code) runs: editing them always asks
 PROTECTED_FILES = (".fugu/", ".mcp.json", ".claude/", ".git/")
@@ -75,6 +75,11 @@ class PermissionPolicy:
     def check(self, kind: ToolKind, prefix: str, opaque: bool = False) -> Literal["allow", "deny", "ask"]:
         if kind == "read":
             return "allow"
+        if kind == "web":  # changes nothing here, but a URL can carry data out: asked for unless allowed
+            if any(_matches(rule, prefix) for rule in self.deny):
+                return "deny"
+            allowed = any(_matches(rule, prefix) for rule in self.allow) or self.mode == "full-auto"
+            return "allow" if allowed else "ask"
         if prefix.startswith(PROTECTED_PREFIX):
             # fugu's own config, MCP servers, hooks: whoever can edit these decides what runs next time,
             # so the user is asked whatever the mode (and refused without a terminal); "always" holds
@@ -130,6 +135,31 @@ def _matches(rule: str, prefix: str) -> bool:
 
 
 @dataclass(frozen=True)
+class WebPolicy:
+    """`[web]`: the hosts web_fetch may reach without asking (`allow`) or never (`deny`); a rule names a host
+    and its subdomains, `*` every public host. Pages are cut at `max_bytes`."""
+
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    max_bytes: int = 2_000_000
+    timeout_s: float = 30.0
+    search: str | None = None  # web_search's provider: "brave", or an MCP tool (mcp__server__tool)
+    search_url: str | None = None  # the provider's endpoint (default: its public one)
+    search_key_env: str | None = None  # the variable holding its key (default: BRAVE_API_KEY)
+
+
+@dataclass(frozen=True)
+class EditChecks:
+    """`[checks]`: what runs after each edit (commands with `{files}`, a language server), its findings given
+    back in the edit's result, at most `max_chars` of them."""
+
+    commands: tuple[str, ...] = ()
+    lsp: tuple[str, ...] = ()
+    timeout_s: float = 60.0
+    max_chars: int = 4000
+
+
+@dataclass(frozen=True)
 class ToolContext:
     """Where and for whom a tool call runs. A value: each call gets its own copy (`dataclasses.replace`)."""
 
@@ -153,6 +183,17 @@ class ToolContext:
     leave_plan: Callable[[PermissionMode], None] | None = None  # the plan was approved: go on in this mode
     after_edit: Callable[[str, str], None] | None = None  # (call id, tool) once a call changed the tree
     background: BackgroundShells | None = None  # the session's background commands (None: none allowed)
+    dirs: tuple[Path, ...] = ()  # folders beside the root the file tools may reach (--add-dir), resolved
+    web: WebPolicy = field(default_factory=WebPolicy)
+    checks: EditChecks = field(default_factory=EditChecks)
+
+    def with_dirs(self, dirs: Sequence[Path]) -> ToolContext:
+        """This context with `dirs` reachable too: by the file tools, and by commands in the sandbox (writable
+        as the workspace is)."""
+        if tuple(dirs) == self.dirs:
+            return self
+        sandbox = dataclasses.replace(self.sandbox, extra_roots=tuple(str(d) for d in dirs))
+        return dataclasses.replace(self, dirs=tuple(dirs), sandbox=sandbox)
 
 
 def configure_tools(
@@ -171,4 +212,19 @@ def configure_tools(
         shell_timeout_s=config.shell_timeout_s,
         output_cap=config.tools.output_tokens * 4,
         sandbox=sandbox,
+        web=WebPolicy(
+            allow=tuple(config.web.allow),
+            deny=tuple(config.web.deny),
+            max_bytes=config.web.max_bytes,
+            timeout_s=config.web.timeout_s,
+            search=config.web.search,
+            search_url=config.web.search_url,
+            search_key_env=config.web.search_key_env,
+        ),
+        checks=EditChecks(
+            commands=tuple(config.checks.after_edit),
+            lsp=tuple(config.checks.lsp),
+            timeout_s=config.checks.timeout_s,
+            max_chars=config.checks.max_chars,
+        ),
     )

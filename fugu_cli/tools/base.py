@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fugu_cli.errors import PathOutsideRepoError, ToolArgumentError
 from fugu_cli.tools import ApprovalRequest, Part, ToolContext, ToolKind
-from fugu_cli.types import WorkerUsage
+from fugu_cli.types import Image, WorkerUsage
 
 
 class ToolFailed(ToolArgumentError):
@@ -30,6 +30,7 @@ _HOW_TO_ALLOW = {
     "edit": "run with --permission-mode auto-edit|full-auto or approve it",
     "exec": "run with --permission-mode full-auto or approve it",
     "read": "approve it",
+    "web": "add the host to [web] allow in the config (a private address must be named there), or approve it",
 }
 
 
@@ -43,6 +44,7 @@ class Invocation:
     files_touched: list[str] = field(default_factory=list)
     exit_code: int | None = None
     spent: tuple[tuple[str, WorkerUsage], ...] = ()  # what a subagent cost (the task tool)
+    images: list[Image] = field(default_factory=list)  # for the worker, beside the text result
     _checkpointed: bool = False
 
     @property
@@ -107,10 +109,34 @@ class Invocation:
             self.files_touched.append(path)
 
     def resolve(self, path: str) -> Path:
-        return resolve_in_root(self.root, path)
+        """`path` inside the repository, or in a folder added beside it (relative paths are the root's)."""
+        try:
+            return resolve_in_root(self.root, path)
+        except PathOutsideRepoError:
+            if not self.ctx.dirs:
+                raise
+            target = Path(os.path.expanduser(path))
+            resolved = (target if target.is_absolute() else self.root / target).resolve()
+            if any(resolved.is_relative_to(d) for d in self.ctx.dirs):
+                return resolved
+            added = ", ".join(str(d) for d in self.ctx.dirs)
+            raise PathOutsideRepoError(
+                f"{path} resolves to {resolved}, outside the repository {self.root} and the folders added "
+                f"beside it ({added})."
+            ) from None
 
     def rel(self, path: Path) -> str:
-        return path.relative_to(self.root).as_posix() or "."
+        """How a path is shown: relative to the root (`../lib/x.py` for a folder added beside it)."""
+        if path.is_relative_to(self.root):
+            return path.relative_to(self.root).as_posix() or "."
+        return Path(os.path.relpath(path, self.root)).as_posix()
+
+    def inner(self, path: Path) -> str:
+        """`path` relative to the root or added folder that holds it (what protection rules look at)."""
+        for top in (self.root, *self.ctx.dirs):
+            if path.is_relative_to(top):
+                return path.relative_to(top).as_posix() or "."
+        return self.rel(path)
 
 
 def _why(refused: list[Part], verdicts: Mapping[str, str]) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 from fugu_cli.errors import PathOutsideRepoError
 from fugu_cli.tools import PROTECTED_PREFIX, protected
 from fugu_cli.tools.base import Invocation, ToolFailed, diff_counts, unified_diff
+from fugu_cli.tools.images import load_image, looks_like_image
 from fugu_cli.tools.output import default_output_dir, is_output_file
 from fugu_cli.tools.textio import Decoded, atomic_write, check_writable, decode, read_bytes, shown
 
@@ -30,7 +31,8 @@ def read_file(
     """Read a text file from the repository, with line numbers (like `cat -n`).
 
     Long files are returned 2000 lines at a time; use offset/limit (or start_line/end_line) to read other
-    parts. Also reads the full output of a cut tool result, at the path its note gives.
+    parts. Also reads the full output of a cut tool result, at the path its note gives. An image file (PNG,
+    JPEG, GIF, WebP) is shown to you as an image when you can see images.
 
     Args:
         path: File path, relative to the repository root.
@@ -42,6 +44,10 @@ def read_file(
     if offset is not None and start_line is not None and offset != start_line:
         raise ToolFailed("give offset or start_line, not both (they mean the same: the first line).")
     target = _readable(inv, path)
+    if looks_like_image(target):
+        image = load_image(target, path)
+        inv.images.append(image)
+        return f"{path} is an image ({image.media_type}, {image.size:,} bytes); it is attached below."
     decoded = decode(read_bytes(target, path), path)
     lines = decoded.text.splitlines()
     total = len(lines)
@@ -105,6 +111,7 @@ def write_file(inv: Invocation, path: str, content: str) -> str:
     """
     target = inv.resolve(path)
     rel = _writable(inv, target)
+    own = inv.inner(target)
     old = decode(read_bytes(target, path), path) if target.exists() else None
     data = (old or Decoded("")).encode(content, rel)
     diff = unified_diff(rel, shown(old.text) if old else None, shown(content))
@@ -113,16 +120,16 @@ def write_file(inv: Invocation, path: str, content: str) -> str:
         summary = f"create {rel} ({len(content.splitlines())} lines)"
     else:
         summary = f"write {rel} (+{added} -{removed}{_note(old)})"
-    inv.gate(_edit_parts(rel), summary, diff)
+    inv.gate(_edit_parts(rel, own), summary, diff)
     inv.before_write()
     target.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(target, data)
     inv.touched(rel)
-    if old is None:
-        return f"Created {rel} (+{len(content.splitlines())} lines)."
-    if old.text == content:
+    if old is not None and old.text == content:
         return f"{rel} already had this content; nothing changed."
-    return f"Updated {rel} (+{added} -{removed}{_note(old)}).\n{diff}"
+    if old is None:
+        return _checked(inv, target, f"Created {rel} (+{len(content.splitlines())} lines).")
+    return _checked(inv, target, f"Updated {rel} (+{added} -{removed}{_note(old)}).\n{diff}")
 
 
 def edit_file(inv: Invocation, path: str, old_text: str, new_text: str) -> str:
@@ -159,11 +166,19 @@ def edit_file(inv: Invocation, path: str, old_text: str, new_text: str) -> str:
     data = decoded.encode(new, rel)
     diff = _edit_diff(rel, old, new, old.index(old_text), old_text)
     added, removed = diff_counts(diff)
-    inv.gate(_edit_parts(rel), f"edit {rel} (+{added} -{removed}{_note(decoded)})", diff)
+    inv.gate(_edit_parts(rel, inv.inner(target)), f"edit {rel} (+{added} -{removed}{_note(decoded)})", diff)
     inv.before_write()
     atomic_write(target, data)
     inv.touched(rel)
-    return f"Edited {rel} (+{added} -{removed}{_note(decoded)}).\n{diff}"
+    return _checked(inv, target, f"Edited {rel} (+{added} -{removed}{_note(decoded)}).\n{diff}")
+
+
+def _checked(inv: Invocation, target: Path, result: str) -> str:
+    """The edit's result, followed by what the `[checks]` found in the edited file."""
+    from fugu_cli.tools.checks import after_edit
+
+    report = after_edit(inv, [target])
+    return f"{result}\n\n{report}" if report else result
 
 
 def _edit_diff(rel: str, old: str, new: str, at: int, old_text: str) -> str:
@@ -177,9 +192,10 @@ def _edit_diff(rel: str, old: str, new: str, at: int, old_text: str) -> str:
     return unified_diff(rel, shown(window_old), shown(window_new), first_line=lo + 1)
 
 
-def _edit_parts(rel: str) -> list[str]:
-    """What an edit of `rel` needs allowed: "edit", and the file itself when it configures what runs."""
-    return ["edit", f"{PROTECTED_PREFIX}{rel}"] if protected(rel) else ["edit"]
+def _edit_parts(rel: str, own: str) -> list[str]:
+    """What an edit of `rel` needs allowed: "edit", and the file itself when it configures what runs (`own`:
+    its path in the repository or added folder that holds it)."""
+    return ["edit", f"{PROTECTED_PREFIX}{rel}"] if protected(own) else ["edit"]
 
 
 def _note(decoded: Decoded) -> str:
@@ -187,10 +203,10 @@ def _note(decoded: Decoded) -> str:
 
 
 def _writable(inv: Invocation, target: Path) -> str:
-    rel = inv.rel(target)
-    if rel == "." or target.is_dir():
+    rel, own = inv.rel(target), inv.inner(target)
+    if own == "." or target.is_dir():
         raise ToolFailed(f"{rel} is a directory; give a file path.")
-    if rel == ".git" or rel.startswith(".git/"):
+    if own == ".git" or own.startswith(".git/"):
         raise ToolFailed("Files inside .git cannot be written with file tools; use git commands instead.")
     check_writable(target, rel)
     return rel

@@ -114,6 +114,10 @@ class ToolRegistry:
     def with_source(self, source: ToolSource) -> ToolRegistry:
         return ToolRegistry(self._tools.values(), (*self._sources, source), self._keep)
 
+    def adding(self, tool: Tool) -> ToolRegistry:
+        """This registry with one more of fugu's own tools (web_search, when a provider is configured)."""
+        return ToolRegistry((*self._tools.values(), tool), self._sources, self._keep)
+
     def _all(self) -> dict[str, Tool]:
         if not self._sources:
             return self._tools
@@ -126,7 +130,7 @@ class ToolRegistry:
 
     @classmethod
     def default(cls) -> ToolRegistry:
-        from fugu_cli.tools import background, files, git, plan, search, shell, task, todo
+        from fugu_cli.tools import background, files, git, plan, search, shell, task, todo, web
 
         specs: list[tuple[ToolFunction, ToolKind]] = [
             (files.read_file, "read"),
@@ -143,6 +147,7 @@ class ToolRegistry:
             (git.git_commit, "exec"),
             (task.task, "read"),  # the subagent's own calls are what permissions judge
             (plan.exit_plan_mode, "read"),
+            (web.web_fetch, "web"),
         ]
         todos = Tool(todo.NAME, "read", todo.todo_write, todo.DESCRIPTION, (), todo.SCHEMA)
         return cls([*(Tool.from_function(func, kind) for func, kind in specs), todos])
@@ -190,6 +195,10 @@ class ToolRegistry:
         tool = tools.get(call.name)
         if tool is None:
             known = ", ".join(tools)
+            if call.name == "web_search":
+                from fugu_cli.tools.web import NOT_ENABLED
+
+                return _error(call, start, f"{NOT_ENABLED} Available tools: {known}.")
             return _error(call, start, f"Unknown tool {call.name!r}. Available tools: {known}.")
         inv = Invocation(ctx=ctx, tool=tool.name, kind=tool.kind)
         try:
@@ -211,6 +220,7 @@ class ToolRegistry:
             duration_ms=elapsed_ms(start),
             files_touched=tuple(inv.files_touched),
             spent=inv.spent,
+            images=tuple(inv.images),
         )
 
 

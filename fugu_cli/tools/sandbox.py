@@ -47,6 +47,8 @@ class SandboxPolicy:
     pass_env: tuple[str, ...] = ()
     writable: tuple[str, ...] = ()
     hide: tuple[str, ...] = DEFAULT_HIDE
+    # folders added beside the workspace (--add-dir): bound, and guarded, like it
+    extra_roots: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -198,8 +200,10 @@ def bwrap_options(
     write = policy.mode == "workspace-write"
     gits = git_dirs(workspace)
     binds: dict[Path, bool] = {workspace.resolve(): write}
+    tops = [hidden.expand(p) for p in policy.extra_roots]  # --add-dir: bound and guarded like the workspace
     for path, rw in [
         *((g, write and not protect) for g in gits),
+        *((top, write) for top in tops),
         *((hidden.expand(p), write) for p in policy.writable),
         *((Path(p).resolve(), True) for p in writable),
     ]:
@@ -217,12 +221,15 @@ def bwrap_options(
         opts += ["--bind" if rw else "--ro-bind", str(b), str(b)]
     if write and protect:
         opts += list(git_view) if git_view is not None else gitguard.read_only(gits, workspace / ".git")
+        opts += [o for top in tops for o in gitguard.read_only(git_dirs(top), top / ".git")]
     for h in hide_now:  # then the rest, and any hidden folder inside a bound one
         if not holds[h] or any(_inside(h, b) and h != b for b in binds):
             opts += hide(h)
+    for f in hidden.socket_folders():  # a socket folder inside an added folder stays empty there too
+        if any(_inside(f, t) and f != t for t in tops):
+            opts += ["--tmpfs", str(f)]
     if write and protect:
-        top = workspace.resolve()
-        for p in dict.fromkeys(top / rel for rel in PROTECTED):
+        for p in dict.fromkeys(top / rel for top in [workspace.resolve(), *tops] for rel in PROTECTED):
             if p.exists():
                 opts += ["--ro-bind", str(p), str(p)]
     return opts

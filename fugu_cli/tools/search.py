@@ -38,16 +38,21 @@ def glob(inv: Invocation, pattern: str) -> str:
     and .venv, node_modules, __pycache__ are skipped unless the pattern names their folder.
 
     Args:
-        pattern: Glob pattern relative to the repository root, e.g. "**/*.py" or "docs/*.md".
+        pattern: Glob pattern relative to the repository root, e.g. "**/*.py" or "docs/*.md" (or
+            "../lib/**/*.py" in a folder added beside the repository).
     """
     pattern = pattern.strip().removeprefix("./")
     if not pattern:
         raise ToolFailed("pattern is empty; try '**/*' to list everything.")
-    if pattern.startswith("/") or ".." in pattern.split("/"):
-        raise ToolFailed("pattern must be relative to the repository root and must not contain '..'.")
+    start = _literal_dir(inv.root, pattern)
+    if pattern.startswith("/") or (".." in pattern.split("/") and not _added(inv, start, pattern)):
+        raise ToolFailed(
+            "pattern must be relative to the repository root and must not contain '..' (except to name a "
+            "folder added beside the repository: '../lib/**/*.py')."
+        )
     regex = _compile(_glob_to_regex(pattern), "glob pattern")
     named = frozenset(part for part in pattern.split("/") if part in SKIP_DIRS)
-    files = _files_under(inv, _literal_dir(inv.root, pattern), named)
+    files = _files_under(inv, start.resolve() if ".." in pattern.split("/") else start, named)
     deadline = time.monotonic() + TIME_LIMIT_S
     hits: list[str] = []
     for rel, is_dir in _with_dirs(files):
@@ -133,13 +138,26 @@ def _search(compiled: Any, text: str, deadline: float, inv: Invocation, full: bo
 
 
 def _files_under(inv: Invocation, start: Path, named: frozenset[str]) -> list[str]:
-    """Visible files under `start`; if none but `start` holds files (git ignores it), all of them."""
-    rel = inv.rel(start)
+    """Visible files under `start`; if none but `start` holds files (git ignores it), all of them. Paths are
+    the root's (`../lib/x.py` in a folder added beside it)."""
+    outside = [d for d in inv.ctx.dirs if start.is_relative_to(d)]
+    top = inv.root if start.is_relative_to(inv.root) or not outside else outside[0]
+    rel = start.relative_to(top).as_posix() if start.is_relative_to(top) else "."
     prefix = "" if rel == "." else rel + "/"
-    files = [f for f in visible_files(inv.root, named, inv.ctx.cancel) if f.startswith(prefix)]
+    files = [f for f in visible_files(top, named, inv.ctx.cancel) if f.startswith(prefix)]
     if not files and prefix and start.is_dir():
-        files = list(walk(inv.root, start, honour_ignores=False))
-    return files
+        files = list(walk(top, start, honour_ignores=False))
+    if top == inv.root:
+        return files
+    return [inv.rel(top / f) for f in files]
+
+
+def _added(inv: Invocation, start: Path, pattern: str) -> bool:
+    """Whether a pattern with `..` names a folder added beside the repository before its first wildcard,
+    and no `..` after it."""
+    literal = len(start.relative_to(inv.root).parts)
+    after = pattern.split("/")[literal:]
+    return ".." not in after and any(start.resolve().is_relative_to(d) for d in inv.ctx.dirs)
 
 
 def _literal_dir(root: Path, pattern: str) -> Path:

@@ -87,7 +87,7 @@ def ask(
 def _question(request: ApprovalRequest) -> str:
     if request.tool == "exit_plan_mode":
         return "Run this plan? [y]es, asking before edits  [a]ccept edits  [n]o, keep planning  [d] show it: "
-    what = "edit" if request.kind == "edit" else "run"
+    what = {"edit": "edit", "web": "fetch"}.get(request.kind, "run")
     return f"Allow {request.agent} to {what} this? [y]es [n]o [a]lways ({request.prefix}) [d]iff: "
 
 

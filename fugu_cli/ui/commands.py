@@ -441,6 +441,24 @@ def _moves(name: str) -> Handler:
     return run
 
 
+def _add_dir(ctx: Context, arg: str) -> None:
+    from pathlib import Path
+
+    session = ctx.session
+    if not arg:
+        added = session.settings().dirs
+        _say(ctx, "folders beside the repository: " + (", ".join(map(str, added)) or "none"), "dim")
+        return
+    try:
+        found = session.add_dir(Path(arg))
+    except FuguError as e:
+        _say(ctx, str(e).removeprefix("--add-dir "), "red")
+        return
+    mode = session.settings().mode
+    how = "readable" if mode == "read-only" else "readable and, as the repository, editable"
+    _say(ctx, f"added {found}: {how} by the tools from the next turn", "dim")
+
+
 def _exit(ctx: Context, arg: str) -> None:
     ctx.stop()
 
@@ -491,6 +509,7 @@ COMMANDS: dict[str, Command] = {
         Command("agents", "", "the agents the workers may hand a subtask to (task)", _moves("agents")),
         Command("ps", "", "background commands the workers started", _moves("ps")),
         Command("stop", "ID", "stop a background command", _moves("stop")),
+        Command("add-dir", "[DIR]", "let the tools reach a folder beside the repository too", _add_dir),
         Command("exit", "", "leave (Ctrl-D does too)", _exit),
     )
 }

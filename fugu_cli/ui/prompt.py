@@ -154,15 +154,22 @@ def make_session(
     )
 
 
+def _is_image(path: Path) -> bool:
+    from fugu_cli.tools.images import looks_like_image
+
+    return looks_like_image(path)
+
+
 def expand_mentions(text: str, root: Path) -> tuple[str, list[str]]:
-    """Append the content of every `@path` that names a file in the repository; return it and the paths."""
+    """Append the content of every `@path` that names a text file in the repository; return it and the
+    paths (an image goes with the message as an image: `tools.images.prompt_images`)."""
     attached: list[str] = []
     blocks: list[str] = []
     top = root.resolve()
     for match in MENTION.finditer(text):
         rel = match.group(1).rstrip(".,;:!?)")
         path = (top / rel).resolve()
-        if rel in attached or not path.is_file() or not path.is_relative_to(top):
+        if rel in attached or not path.is_file() or not path.is_relative_to(top) or _is_image(path):
             continue
         data = path.read_bytes()[:MAX_ATTACH].decode("utf-8", errors="replace")
         cut = "\n[… cut at 100 kB]" if path.stat().st_size > MAX_ATTACH else ""

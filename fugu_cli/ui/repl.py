@@ -229,23 +229,27 @@ class Repl:
             self._say(f"internal error: {type(e).__name__}: {e}", "red")
 
     def _turn(self, text: str, overrides: Overrides | None = None) -> None:
+        from fugu_cli.tools.images import prompt_images
         from fugu_cli.ui.custom import attach_resources
 
         session = self.session
         task, attached = expand_mentions(text, session.root)
+        images, problems = prompt_images(text, session.roots())
+        for problem in problems:
+            self._say(problem, "red")
         try:
             task, resources = attach_resources(task, session)
         except FuguError as e:
             self._say(str(e), "red")
             return
-        attached += resources
+        attached += resources + [i.name for i in images]
         if attached:
             self._say(f"attached {', '.join(attached)}", "dim")
         from fugu_cli.ui.turn import TurnThread
 
         renderer = self.renderer
         self.approvals.cancelled.clear()
-        turn = TurnThread(session, task, renderer.on_event, overrides)
+        turn = TurnThread(session, task, renderer.on_event, overrides, images)
         try:
             result = turn.run(self._waiter(turn.cancel))
         except FuguError as e:

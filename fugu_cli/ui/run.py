@@ -14,7 +14,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -29,7 +29,7 @@ from fugu_cli.events import (
     unwrap,
 )
 from fugu_cli.options import RunOptions
-from fugu_cli.types import TurnResult, Usage, WorkerUsage
+from fugu_cli.types import Image, TurnResult, Usage, WorkerUsage
 from fugu_cli.ui.custom import Prompted, described
 from fugu_cli.ui.initialize import InitializeAsks, leading_initialize, read_initialize, refusal
 from fugu_cli.ui.phrases import err
@@ -129,6 +129,9 @@ def settle(opts: RunOptions, out: Output, flags: Flags) -> tuple[RunOptions, Out
     return opts, out
 
 
+IMAGE_TASK = "--image goes with a task: fugu -p TASK --image FILE (in the REPL, name the picture: @shot.png)"
+
+
 def main(opts: RunOptions, out: Output, flags: Flags | None = None) -> int:
     given, asked, flags = opts, out, flags or Flags()
     try:
@@ -137,6 +140,9 @@ def main(opts: RunOptions, out: Output, flags: Flags | None = None) -> int:
         err(str(e))
         return e.exit_code
     if out.input_format == "stream-json":  # settled again once the client's initialize is read
+        if opts.images:
+            err(IMAGE_TASK)
+            return 2
         return _guarded(lambda: _conversation(given, asked, flags))
     for note in out.notes:
         err(note)
@@ -147,6 +153,9 @@ def main(opts: RunOptions, out: Output, flags: Flags | None = None) -> int:
     if not task:
         if out.print_mode or not sys.stdin.isatty():
             err("no task given: pass it as an argument (fugu -p 'fix the tests') or on stdin")
+            return 2
+        if opts.images:
+            err(IMAGE_TASK)
             return 2
         from fugu_cli.ui import repl
 
@@ -178,11 +187,13 @@ def readable(raw: str | bytes) -> str:
 def _one_shot(opts: RunOptions, out: Output, task: str) -> int:
     from fugu_cli.app import build_session
 
+    given = flag_images(opts)  # a picture that cannot be sent is a usage error before anything starts
     with Stopper().installed() as stopper:  # a signal while the session is built still ends in a result
         session = build_session(opts, router_process=True)
         try:
+            images = task_images(given, task, session.roots())
             _say_refusals(session, opts)
-            result = _turn(session, task, _Render(out.format, sys.stdout), stopper)
+            result = _turn(session, task, _Render(out.format, sys.stdout), stopper, images)
         finally:
             session.close()
     _final(out.format, result, sys.stdout)
@@ -240,12 +251,38 @@ def _conversation(given: RunOptions, out: Output, flags: Flags) -> int:
             if item is None:
                 break
             if isinstance(item, UserTurn):
-                code = EXIT_CODES[_turn(session, item.text, render, stopper).status]
+                code = EXIT_CODES[_turn(session, item.text, render, stopper, item.images).status]
     session.close()
     return stopper.code or code
 
 
-def _turn(session: Session, text: str, render: _Render, stopper: Stopper) -> TurnResult:
+def flag_images(opts: RunOptions) -> list[Image]:
+    """The `--image FILE`s; a usage error when one cannot be sent."""
+    from fugu_cli.tools.images import NotAnImage, load_image
+
+    images: list[Image] = []
+    for path in opts.images:
+        try:
+            images.append(load_image(opts.cwd / path, str(path)))
+        except NotAnImage as e:
+            raise UsageError(f"--image {path}: {e}") from None
+    return images
+
+
+def task_images(given: Sequence[Image], task: str, roots: Sequence[Path]) -> list[Image]:
+    """The pictures of a one-shot task: `given` (--image) and the images the task names (`@shot.png`, a
+    pasted path); a usage error when a named one cannot be sent."""
+    from fugu_cli.tools.images import prompt_images
+
+    named, problems = prompt_images(task, roots)
+    if problems:
+        raise UsageError(problems[0])
+    return [*given, *(i for i in named if i not in given)]
+
+
+def _turn(
+    session: Session, text: str, render: _Render, stopper: Stopper, images: Sequence[Image] = ()
+) -> TurnResult:
     """One turn; a task that is a custom command or an MCP prompt (`/fix-issue 12`) runs as its prompt."""
     from fugu_cli.ui.turn import TurnThread
 
@@ -257,7 +294,7 @@ def _turn(session: Session, text: str, render: _Render, stopper: Stopper) -> Tur
     from fugu_cli.turn_settings import Overrides
 
     overrides = Overrides(prompted.worker, tuple(prompted.allow)) if prompted is not None else None
-    turn = TurnThread(session, text, render.on_event, overrides)
+    turn = TurnThread(session, text, render.on_event, overrides, images)
     stopper.attach(turn.cancel)
     try:
         return turn.run(wait=stopper.wait)

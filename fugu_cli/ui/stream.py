@@ -24,7 +24,7 @@ from fugu_cli import __version__
 from fugu_cli.errors import UsageError
 from fugu_cli.events import Event, ToolStarted, unwrap
 from fugu_cli.tools import Answer, ApprovalRequest
-from fugu_cli.types import dumps
+from fugu_cli.types import Image, dumps
 from fugu_cli.ui.initialize import InitializeAsks, read_initialize
 from fugu_cli.ui.phrases import err
 
@@ -49,6 +49,7 @@ class UserTurn:
 
     text: str
     uuid: str | None = None
+    images: tuple[Image, ...] = ()  # its image blocks (base64 sources)
 
 
 class Controls:
@@ -268,23 +269,46 @@ class Inbox:
 
 
 def user_turn(message: Mapping[str, Any]) -> UserTurn | None:
-    """The text of a stream-json user message (a string, or text blocks; other blocks are ignored)."""
+    """The text and pictures of a stream-json user message (a string, or text and base64 image blocks; other
+    blocks are ignored, said on stderr)."""
     body = message.get("message") or {}
     content = body.get("content") if isinstance(body, dict) else None
+    images: list[Image] = []
     if isinstance(content, str):
         text = content
     elif isinstance(content, list):
-        texts = [b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"]
-        if len(texts) < len(content):
-            err("fugu reads the text blocks of a user message only; other blocks are ignored")
+        blocks = [b for b in content if isinstance(b, dict)]
+        texts = [b.get("text", "") for b in blocks if b.get("type") == "text"]
+        images = [i for b in blocks if b.get("type") == "image" and (i := _image(b)) is not None]
+        if len(texts) + len(images) < len(content):
+            err(
+                "fugu reads the text and base64 image blocks of a user message only; other blocks are ignored"
+            )
         text = "\n".join(t for t in texts if t)
     else:
         text = ""
-    if not text.strip():
+    if not text.strip() and not images:
         err("a user message without text was ignored")
         return None
     uuid = message.get("uuid")
-    return UserTurn(text, uuid if isinstance(uuid, str) else None)
+    return UserTurn(text, uuid if isinstance(uuid, str) else None, tuple(images))
+
+
+def _image(block: Mapping[str, Any]) -> Image | None:
+    """A base64 image block as an Image (None, said on stderr, when it is not a picture fugu can send)."""
+    import base64
+    import binascii
+
+    from fugu_cli.tools.images import NotAnImage, image_of
+
+    source = block.get("source") or {}
+    if not isinstance(source, dict) or source.get("type") != "base64":
+        return None
+    try:
+        return image_of(base64.b64decode(str(source.get("data", "")), validate=True), "image block")
+    except (binascii.Error, NotAnImage) as e:
+        err(f"an image block was ignored: {e}")
+        return None
 
 
 def stdin_lines() -> Iterable[str]:

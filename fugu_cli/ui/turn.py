@@ -5,28 +5,37 @@ the REPL, for approval questions. Used by one-shot runs and the REPL alike.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from fugu_cli.events import Emit
 from fugu_cli.session import Session
 from fugu_cli.turn_settings import Overrides
-from fugu_cli.types import TurnResult
+from fugu_cli.types import Image, TurnResult
 
 
 class TurnThread:
     """`session.run_turn(task)` on a daemon thread; `cancel` asks it to stop (the cut step is recorded)."""
 
-    def __init__(self, session: Session, task: str, emit: Emit, overrides: Overrides | None = None) -> None:
+    def __init__(
+        self,
+        session: Session,
+        task: str,
+        emit: Emit,
+        overrides: Overrides | None = None,
+        images: Sequence[Image] = (),
+    ) -> None:
         self.cancel = threading.Event()
         self._result: TurnResult | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(
-            target=self._work, args=(session, task, emit, overrides), name="fugu-turn", daemon=True
+            target=self._work, args=(session, task, emit, overrides, images), name="fugu-turn", daemon=True
         )
 
-    def _work(self, session: Session, task: str, emit: Emit, overrides: Overrides | None) -> None:
+    def _work(
+        self, session: Session, task: str, emit: Emit, overrides: Overrides | None, images: Sequence[Image]
+    ) -> None:
         try:
-            self._result = session.run_turn(task, emit, self.cancel, overrides=overrides)
+            self._result = session.run_turn(task, emit, self.cancel, overrides=overrides, images=images)
         except BaseException as e:
             self._error = e
 

@@ -207,3 +207,43 @@ def test_a_file_for_stdout_is_a_clear_usage_error(tmp_path: Path) -> None:
     assert run.returncode == 2
     assert "fugu acp talks over pipes: its stdout is a file" in run.stderr
     assert out.read_text() == ""
+
+
+def test_a_pasted_screenshot_reaches_the_worker_that_sees_it(
+    tmp_path: Path, loopback: LoopbackServer
+) -> None:
+    import base64
+
+    from acp import image_block
+
+    repo = make_repo(tmp_path / "repo")
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    workers = [
+        {"name": "alpha", "model": "openai/alpha", "api_base": loopback.base_url, "priority": 2},
+        {
+            "name": "seer",
+            "model": "openai/seer",
+            "api_base": loopback.base_url,
+            "priority": 1,
+            "vision": True,
+        },
+    ]
+    loopback.script("seer", ["A red pixel."])
+
+    async def body(conn: Any) -> Any:
+        new = await conn.new_session(cwd=str(repo), mcp_servers=[])
+        blocks = [text_block("what is wrong here?"), image_block(png, "image/png")]
+        done = await conn.prompt(session_id=new.session_id, prompt=blocks)
+        bad = [image_block(base64.b64encode(b"not a picture").decode(), "image/png")]
+        try:
+            await conn.prompt(session_id=new.session_id, prompt=bad)
+        except Exception as e:  # the SDK raises the error response
+            return done, f"{e} {getattr(e, 'data', '')}"
+        return done, ""
+
+    done, refused = _drive(Editor(), repo, write_pool(tmp_path / "pool.toml", workers), body)
+    assert done.stop_reason == "end_turn"
+    sent = loopback.requests_for("seer")[0].messages[-1]["content"]
+    assert [p["type"] for p in sent] == ["text", "image_url"] and png in sent[1]["image_url"]["url"]
+    assert loopback.requests_for("alpha") == []
+    assert "is not a PNG, JPEG, GIF or WebP image" in refused

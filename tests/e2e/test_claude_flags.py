@@ -42,13 +42,13 @@ def test_partly_honoured_flags_are_said_once(tmp_path: Path, loopback: LoopbackS
     loopback.script("solo", ["ok"])
     run = fugu(
         "-p", "x", "--pool", str(pool_file(tmp_path, loopback, "solo")), "--fallback-model", "sonnet",
-        "--effort", "high", "--allowedTools", "WebFetch,Bash(git status:*)", "--output-format", "stream-json",
+        "--effort", "high", "--allowedTools", "Task,Bash(git status:*)", "--output-format", "stream-json",
         "--include-partial-messages", "--strict-mcp-config",
         cwd=repo,
     )  # fmt: skip
     assert run.code == 0, run.stderr
     lines = run.stderr.splitlines()
-    for flag in ("--fallback-model", "--effort", "--allowedTools WebFetch", "--include-partial-messages"):
+    for flag in ("--fallback-model", "--effort", "--allowedTools Task", "--include-partial-messages"):
         assert sum(line.startswith(f"fugu: {flag}") for line in lines) == 1, (flag, lines)
     assert "--strict-mcp-config" not in run.stderr and "Traceback" not in run.stderr
     deltas = [e for e in run.events() if e["type"] == "stream_event"]
@@ -61,7 +61,7 @@ def test_flags_fugu_cannot_honour_exit_2_in_one_line(tmp_path: Path, loopback: L
     cases = {
         ("--permission-mode", "auto"): "fugu has no model that judges each tool call",
         ("--disallowedTools", "Read(./.env)"): "cannot refuse reads of particular paths",
-        ("--add-dir", "../other"): "cannot open --add-dir directories",
+        ("--add-dir", "../other"): "--add-dir ../other: no such folder",
         ("--json-schema", json.dumps({"type": "object"})): "cannot force a structured answer",
         ("--model", "gpt-9"): "no such usable worker or model",
         ("--system-prompt-file", "missing.md"): "--system-prompt-file missing.md",

@@ -290,13 +290,13 @@ def test_an_unsupported_option_fails_with_one_line(tmp_path: Path, loopback: Loo
         cli_path=FUGU,
         cwd=str(repo),
         extra_args={"pool": str(pool_file(tmp_path, loopback, "solo"))},
-        add_dirs=[str(tmp_path)],
+        settings=str(tmp_path / "settings.json"),
         stderr=stderr.append,
     )
     with pytest.raises(Exception, match="exit code 2"):
         _collect("hello", options)
     assert stderr == [
-        "fugu: --add-dir: fugu works in one repository; it cannot open --add-dir directories to its workers"
+        "fugu: --settings: fugu reads .fugu/config.toml and FUGU_* variables, not Claude Code's --settings"
     ]
     assert json.dumps(stderr).count("Traceback") == 0
 

@@ -1,18 +1,19 @@
 """An MCP server written for the tests with the SDK's MCPServer: `python notes_server.py` serves stdio,
 `python notes_server.py --http PORT` streamable HTTP on 127.0.0.1. Tools that add, look up, report what the
 server can see (its environment, its folder, the caller's Authorization header), answer with megabytes,
-hang and crash; a prompt; a resource.
+return a picture, hang and crash; a prompt; a resource.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
 import sys
 from pathlib import Path
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context, Image, MCPServer
 
 server = MCPServer("notes")
 
@@ -49,6 +50,15 @@ def whoami(ctx: Context) -> str:
     if not auth:
         return "no Authorization header"
     return f"sha256 {hashlib.sha256(auth.encode()).hexdigest()[:12]}: {auth}"
+
+
+@server.tool(annotations={"readOnlyHint": True})
+def screenshot() -> Image:
+    """The app's screen as a picture (a 1x1 PNG)."""
+    return Image(data=base64.b64decode(PIXEL), format="png")
+
+
+PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 
 
 @server.tool()

@@ -73,7 +73,7 @@ def test_a_server_in_a_virtualenv_under_tmp(
     venv: Path, repo: Path, tmp_path: Path, manager: list[McpManager]
 ) -> None:
     by_path = _start(manager, repo, tmp_path, command=str(venv / "bin" / "mcp-server-time"))
-    text, is_error = by_path.call_tool("srv", "get_current_time", {"timezone": "Asia/Tokyo"})
+    text, is_error, _ = by_path.call_tool("srv", "get_current_time", {"timezone": "Asia/Tokyo"})
     assert not is_error and '"timezone": "Asia/Tokyo"' in text, text
     on_path = _start(
         manager,
@@ -82,7 +82,7 @@ def test_a_server_in_a_virtualenv_under_tmp(
         command="mcp-server-time",
         env={"PATH": f"{venv / 'bin'}:/usr/bin:/bin"},
     )
-    text, is_error = on_path.call_tool(
+    text, is_error, _ = on_path.call_tool(
         "srv", "convert_time", {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Europe/Paris"}
     )
     assert not is_error and "Europe/Paris" in text, text
@@ -96,7 +96,7 @@ def test_an_npm_server_in_node_modules_under_tmp(
     script = node_modules / "@modelcontextprotocol" / "server-filesystem" / "dist" / "index.js"
     for i, (command, args) in enumerate([(str(link), [str(repo)]), (node, [str(script), str(repo)])]):
         m = _start(manager, repo, tmp_path / str(i), command=command, args=tuple(args))
-        text, is_error = m.call_tool("srv", "list_directory", {"path": str(repo)})
+        text, is_error, _ = m.call_tool("srv", "list_directory", {"path": str(repo)})
         assert not is_error and "calc.py" in text and "test_calc.py" in text, text
 
 
@@ -111,7 +111,7 @@ def test_npx_runs_a_package_npm_has_cached(
     )  # outside the sandbox, as the user's first run would: npm fetches and caches the package
     assert b"running on stdio" in warm.stderr, warm.stderr[-500:]
     m = _start(manager, repo, tmp_path, command="npx", args=("-y", FILESYSTEM_SERVER, str(repo)))
-    text, is_error = m.call_tool("srv", "list_directory", {"path": str(repo)})
+    text, is_error, _ = m.call_tool("srv", "list_directory", {"path": str(repo)})
     assert not is_error and "calc.py" in text, text
 
 

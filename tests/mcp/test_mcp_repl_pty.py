@@ -62,7 +62,7 @@ def test_the_repl_trusts_calls_attaches_and_prompts(tmp_path: Path, server: Loop
     assert results == ["5", "10"]
 
     child.send("/mcp\r")
-    child.expect(r"notes  stdio  running  7 tools  \[\.mcp\.json\]")
+    child.expect(r"notes  stdio  running  8 tools  \[\.mcp\.json\]")
     child.expect(PROMPT)
     child.send("/mcp__notes__review calc.py\r")
     child.expect("no off-by-one error", timeout=SLOW)

@@ -191,3 +191,38 @@ def test_a_stdio_servers_named_files_are_readable_in_the_sandbox(tmp_path: Path)
     found = readable([sys.executable, str(script), "--port", "3", "not/a/file"])
     assert {Path(sys.executable).resolve().parent, script.parent.resolve()} <= set(found)
     assert tmp_path not in found and Path("not/a") not in found
+
+
+def test_an_mcp_tool_s_picture_reaches_the_worker_that_sees_it(tmp_path: Path) -> None:
+    home = Path(os.environ["FUGU_HOME"])
+    (home / "config.toml").write_text(
+        f'[mcp_servers.notes]\ncommand = "{sys.executable}"\nargs = ["{NOTES}"]\n'
+    )
+    repo = make_repo(tmp_path / "repo")
+    pool = write_pool(
+        tmp_path / "pool.toml",
+        [
+            {"name": "blind", "model": "openai/blind", "priority": 2},
+            {"name": "seer", "model": "openai/seer", "priority": 1, "vision": True},
+        ],
+    )
+    llm = ScriptedLLM(
+        {
+            "blind": [tool_reply(tc("c1", "mcp__notes__screenshot"))],
+            "seer": ["The screen shows one red pixel."],
+        }
+    )
+    session = build_session(RunOptions(cwd=repo, pool=str(pool), permission_mode="full-auto"), llm=llm)
+    try:
+        assert (
+            session.run_turn("take a screenshot and say what it shows").result
+            == "The screen shows one red pixel."
+        )
+    finally:
+        session.close()
+    assert [c.worker for c in llm.calls] == ["blind", "seer"]
+    seen = llm.calls[-1].messages
+    tool = next(m for m in seen if m.role == "tool")
+    assert tool.content == "[image: attached below]"
+    assert seen[-1].role == "user" and [i.media_type for i in seen[-1].images] == ["image/png"]
+    assert (seen[-1].content or "").startswith("Images from the tool results: mcp__notes__screenshot:")

@@ -184,13 +184,16 @@ def test_utf16_with_a_bom_round_trips(repo: Path, call: Call) -> None:
 
 def test_binary_files_are_refused_clearly(repo: Path, call: Call) -> None:
     (repo / "img.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    (repo / "app.bin").write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\x00")
     for result in (
-        call("read_file", path="img.png"),
+        call("read_file", path="app.bin"),
         call("edit_file", path="img.png", old_text="PNG", new_text="GIF"),
         call("write_file", path="img.png", content="text now"),
     ):
         assert result.is_error and "binary file" in result.content
     assert (repo / "img.png").read_bytes().startswith(b"\x89PNG")
+    picture = call("read_file", path="img.png")  # a picture is read as one: for the worker, as an image
+    assert not picture.is_error and [i.media_type for i in picture.images] == ["image/png"]
 
 
 @pytest.mark.parametrize("tool", ["read_file", "edit_file", "write_file"])

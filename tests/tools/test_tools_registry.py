@@ -31,6 +31,7 @@ EXPECTED = {
     "task": ("read", {"description", "prompt"}, {"subagent_type"}),
     "exit_plan_mode": ("read", {"plan"}, set()),
     "todo_write": ("read", {"todos"}, set()),
+    "web_fetch": ("web", {"url"}, {"prompt"}),
 }
 
 

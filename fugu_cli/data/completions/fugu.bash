@@ -49,6 +49,8 @@ _fugu() {
         "|--plan") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "|--debug-file") return ;;
         "|--mcp-config") return ;;
+        "|--add-dir") return ;;
+        "|--image") return ;;
         "pool|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "doctor|--pool") COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "demo|--router") COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -145,7 +147,7 @@ _fugu() {
     esac
     local opts="" subs=""
     case "$sub" in
-        "") opts="-p --print --output-format --max-turns --max-budget-usd --check --worker --model --pool --permission-mode --allowedTools --allowed-tools --disallowedTools --disallowed-tools --tools --system-prompt --system-prompt-file --append-system-prompt --input-format --permission-prompt-tool --include-partial-messages --await-initialize --permission-prompts --yes -y --continue -c --resume -r --fork-session --router --cost-weight --ultra --plan --verbose --trust-project --debug --debug-file --no-repo-map --mcp-config --strict-mcp-config --version --help" subs="pool doctor completion demo eval serve acp sessions router conductor mcp" ;;
+        "") opts="-p --print --output-format --max-turns --max-budget-usd --check --worker --model --pool --permission-mode --allowedTools --allowed-tools --disallowedTools --disallowed-tools --tools --system-prompt --system-prompt-file --append-system-prompt --input-format --permission-prompt-tool --include-partial-messages --await-initialize --permission-prompts --yes -y --continue -c --resume -r --fork-session --router --cost-weight --ultra --plan --verbose --trust-project --debug --debug-file --no-repo-map --mcp-config --strict-mcp-config --add-dir --image --version --help" subs="pool doctor completion demo eval serve acp sessions router conductor mcp" ;;
         "pool") opts="--pool --json --reset-health --help" subs="" ;;
         "doctor") opts="--pool --help" subs="" ;;
         "completion") opts="--help" subs="" ;;

@@ -97,6 +97,8 @@ complete -c fugu -n '__fugu_at \'\'' -l debug-file -x -d 'Also write fugu\'s ful
 complete -c fugu -n '__fugu_at \'\'' -l no-repo-map -d 'Give the workers no repository map at each turn.'
 complete -c fugu -n '__fugu_at \'\'' -l mcp-config -x -d 'MCP servers from a file or JSON string: {"mcpServers": {...}}.'
 complete -c fugu -n '__fugu_at \'\'' -l strict-mcp-config -d 'Use only the MCP servers of --mcp-config.'
+complete -c fugu -n '__fugu_at \'\'' -l add-dir -x -d 'Let the tools reach this folder beside the repository (repeatable).'
+complete -c fugu -n '__fugu_at \'\'' -l image -x -d 'Send this picture with the task, to a worker that sees images (repeatable).'
 complete -c fugu -n '__fugu_at \'\'' -l version -d 'Print the version and exit.'
 complete -c fugu -n '__fugu_at \'\'' -l help -d 'Show this message and exit.'
 complete -c fugu -n '__fugu_at \'pool\'' -l pool -r -F -d 'A TOML file of [[workers]].'
