@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,20 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
         if name.endswith(_KEY_SUFFIXES) or (name.startswith("FUGU_") and name != "FUGU_HOME"):
             monkeypatch.delenv(name, raising=False)
     return home
+
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_PRISTINE = {sig: signal.getsignal(sig) for sig in _SIGNALS}
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers() -> None:
+    """Each test starts with the process's original SIGINT and SIGTERM handlers: a test that ran a stopping
+    run in process (fugu's Stopper ignores a further Ctrl-C while it exits) must not leave them ignored, or
+    every process a later test starts inherits the ignored signal and no Ctrl-C reaches it."""
+    for sig, handler in _PRISTINE.items():
+        if handler is not None and signal.getsignal(sig) != handler:
+            signal.signal(sig, handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

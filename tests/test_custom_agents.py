@@ -49,7 +49,15 @@ def test_agents_are_read_in_claudes_format_and_the_repository_wins_a_name_once_t
     (root / ".fugu" / "agents" / "reviewer.md").unlink()
     claude = custom_agents.load(root, trusted=True)["reviewer"]
     assert claude.description == "Reviews a diff for bugs and style."
-    assert claude.tools == ("read_file", "grep", "shell", "shell_output", "shell_kill", "todo_write")
-    assert claude.unknown_tools == ("WebFetch",)
+    assert claude.tools == (
+        "read_file",
+        "grep",
+        "shell",
+        "shell_output",
+        "shell_kill",
+        "web_fetch",
+        "todo_write",
+    )
+    assert claude.unknown_tools == ()
     assert (claude.model, claude.routed, claude.scope) == ("sonnet", False, "project")
     assert claude.instructions == "Review the change. Report problems by file and line."

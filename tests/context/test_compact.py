@@ -21,11 +21,13 @@ from tests.test_agent import deps, prior, task
 
 # the runs below are sized for a 6,000-token window holding 5,630 characters of tool schemas; a window grows
 # with the schemas so that the tools fugu offers can change without retuning every size here. That holds for
-# a small change only (a threshold at half the window moves half as far), so web_fetch is left out: the runs
-# call the file and shell tools.
-TOOLS = ToolRegistry.default().filtered(lambda name: name != "web_fetch")
+# a small change only (a threshold at half the window moves half as far), so the runs offer the file, shell
+# and git tools they were sized with, not the tools added since (web_fetch, task, todo_write, ...).
+_SIZED_WITH = {"read_file", "glob", "grep", "edit_file", "write_file", "shell"}
+_SIZED_WITH |= {"git_status", "git_diff", "git_log", "git_commit"}
+TOOLS = ToolRegistry.default().filtered(lambda name: name in _SIZED_WITH)
 _SCHEMAS = len(json.dumps(TOOLS.schemas()))
-_WINDOW = 6000 + (_SCHEMAS - 5630) // 4
+_WINDOW = 6000 + (_SCHEMAS - 5630) // 2  # 4 chars a token, doubled: the threshold is at half the window
 SMALL = Worker("alpha", "openai/alpha", priority=2, context_limit=_WINDOW, price_in=1.0, price_out=1.0)
 CHEAP = Worker("beta", "openai/beta", priority=1, context_limit=_WINDOW, price_in=0.1, price_out=0.1)
 

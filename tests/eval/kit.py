@@ -19,7 +19,7 @@ SEQ_TEST = "from seq import first_n\n\nassert first_n(3) == [1, 2, 3], first_n(3
 USAGE = {"prompt_tokens": 120, "completion_tokens": 12}
 # what differs between two runs of the same job: ids, clocks, durations and where the repo was
 VOLATILE = {"id", "session_id", "created_at", "updated_at", "started_at", "finished_at", "latency_ms"}
-VOLATILE |= {"duration_ms", "cwd", "checkpoint"}  # checkpoint: a git commit, which holds its time
+VOLATILE |= {"duration_ms", "cwd", "checkpoint", "sha"}  # checkpoint, sha: git commits, which hold their time
 
 
 class Responder(LoopbackServer):
