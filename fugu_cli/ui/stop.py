@@ -44,6 +44,9 @@ class Stopper:
     def installed(self) -> Iterator[Stopper]:
         """Handle SIGINT and SIGTERM while the run lasts."""
         previous = {sig: signal.signal(sig, self._on_signal) for sig in _CODES}
+        # a parent may have started fugu with these signals blocked (the mask is inherited across exec): a
+        # process that handles Ctrl-C must also be able to receive it
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, set(_CODES))
         try:
             yield self
         finally:
