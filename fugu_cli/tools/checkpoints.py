@@ -111,22 +111,29 @@ def prune(root: Path, keep_sessions: int = 20, keep: frozenset[str] = frozenset(
     listing = _store_git(
         root, store, "for-each-ref", "--format=%(refname)%00%(committerdate:unix)", REF, check=False
     ).stdout
+    doomed = stale_refs(listing, REF, keep_sessions, keep)
+    if doomed:
+        _store_git(root, store, "update-ref", "--stdin", input="".join(f"delete {r}\n" for r in doomed))
+        _store_git(root, store, "gc", "--quiet", "--prune=now", check=False)
+    return doomed
+
+
+def stale_refs(listing: str, prefix: str, keep_sessions: int, keep: frozenset[str]) -> list[str]:
+    """From `git for-each-ref --format=%(refname)%00%(committerdate:unix)` output under `prefix`: the refs
+    of all but the newest `keep_sessions` sessions (ranked by their newest ref), sessions in `keep` and refs
+    whose label does not start with a session id left alone."""
     newest: dict[str, int] = {}
     refs: dict[str, list[str]] = {}
     for line in listing.splitlines():
         ref, _, when = line.partition("\0")
-        match = _SESSION_ID.match(ref.removeprefix(REF))
+        match = _SESSION_ID.match(ref.removeprefix(prefix))
         if not match:
             continue
         sid = match.group(1)
         refs.setdefault(sid, []).append(ref)
         newest[sid] = max(newest.get(sid, 0), int(when or 0))
     ranked = sorted(newest, key=lambda s: (newest[s], s), reverse=True)
-    doomed = [ref for sid in ranked[max(keep_sessions, 0) :] if sid not in keep for ref in refs[sid]]
-    if doomed:
-        _store_git(root, store, "update-ref", "--stdin", input="".join(f"delete {r}\n" for r in doomed))
-        _store_git(root, store, "gc", "--quiet", "--prune=now", check=False)
-    return doomed
+    return [ref for sid in ranked[max(keep_sessions, 0) :] if sid not in keep for ref in refs[sid]]
 
 
 def _open(root: Path) -> Path:

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from fugu_cli.tools.base import Invocation, ToolFailed
+from fugu_cli.tools.checkpoints import stale_refs
 from fugu_cli.tools.gitrun import GitError as GitError
 from fugu_cli.tools.gitrun import excluding, submodules
 from fugu_cli.tools.gitrun import git as _git
@@ -232,7 +233,6 @@ def apply_patch(root: Path, patch: str) -> tuple[bool, str]:
 
 # --- cleanup: checkpoints of old sessions, worktrees of runs that died ---------------------------------
 
-_SESSION_ID = re.compile(r"^(\d{8}-\d{6}-[0-9a-f]{6})(?:-|$)")
 WORKTREE_LOCK = ".fugu-run.lock"
 
 
@@ -245,18 +245,7 @@ def prune_checkpoints(root: Path, keep_sessions: int = 20, keep: frozenset[str] 
     listing = _git(
         root, "for-each-ref", "--format=%(refname)%00%(committerdate:unix)", CHECKPOINT_REF, check=False
     ).stdout
-    newest: dict[str, int] = {}
-    refs: dict[str, list[str]] = {}
-    for line in listing.splitlines():
-        ref, _, when = line.partition("\0")
-        match = _SESSION_ID.match(ref.removeprefix(CHECKPOINT_REF))
-        if not match:
-            continue
-        sid = match.group(1)
-        refs.setdefault(sid, []).append(ref)
-        newest[sid] = max(newest.get(sid, 0), int(when or 0))
-    ranked = sorted(newest, key=lambda s: (newest[s], s), reverse=True)
-    doomed = [ref for sid in ranked[max(keep_sessions, 0) :] if sid not in keep for ref in refs[sid]]
+    doomed = stale_refs(listing, CHECKPOINT_REF, keep_sessions, keep)
     if doomed:
         _git(root, "update-ref", "--stdin", input="".join(f"delete {r}\n" for r in doomed), write=True)
     return doomed
