@@ -18,7 +18,7 @@ from typing import Any
 
 from fugu_cli.redact import redact
 from fugu_cli.store import Store, ToolCallRow
-from fugu_cli.ui.phrases import tool_summary
+from fugu_cli.ui.phrases import record_text, tool_summary
 
 FORMATS = ("md", "json", "html")
 VERSION = 1
@@ -58,6 +58,9 @@ def session_document(store: Store, sid: str) -> dict[str, Any]:
                     "tools": [_tool(c) for c in mine],
                 }
             )
+    attempts: dict[int, list[dict[str, Any]]] = {}
+    for turn, attempt in store.attempts(row.id):
+        attempts.setdefault(turn, []).append(attempt.to_json() | {"summary": record_text(attempt)})
     turns = [
         {
             "turn": t.turn,
@@ -66,11 +69,13 @@ def session_document(store: Store, sid: str) -> dict[str, Any]:
             "result": t.result,
             "cost_usd": t.cost_usd,
             "steps": steps.pop(t.turn, []),
+            "attempts": attempts.pop(t.turn, []),
         }
         for t in store.turns(row.id)
     ]
     turns += [
         {"turn": n, "task": "", "status": "", "result": "", "cost_usd": 0.0, "steps": s}
+        | {"attempts": attempts.pop(n, [])}
         for n, s in steps.items()
     ]
     doc = {
@@ -146,6 +151,9 @@ def to_markdown(doc: Mapping[str, Any]) -> str:
         out += [_quote(t["task"]), ""] if t["task"] else []
         for step in t["steps"]:
             out += _markdown_step(step)
+        if t["attempts"]:
+            out += ["**Attempts:**", ""]
+            out += [f"{n}. {a['summary']}" for n, a in enumerate(t["attempts"], 1)] + [""]
         if t["result"]:
             out += ["**Answer:**", "", _quote(t["result"]), ""]
     out += ["## Who did what", "", "| worker | steps | cost |", "|---|---:|---:|"]
@@ -262,6 +270,9 @@ def to_html(doc: Mapping[str, Any]) -> str:
                 out.append(f"<pre>{e(call['result'])}</pre></details>")
             if step["text"].strip():
                 out.append(f"<pre>{e(step['text'])}</pre>")
+        if t["attempts"]:
+            items = "".join(f"<li>{e(a['summary'])}</li>" for a in t["attempts"])
+            out.append(f"<p><b>Attempts:</b></p><ol>{items}</ol>")
         if t["result"]:
             out.append(f"<p><b>Answer:</b></p><pre>{e(t['result'])}</pre>")
     out.append("<h2>Who did what</h2><table><tr><th>worker</th><th>steps</th><th>cost</th></tr>")

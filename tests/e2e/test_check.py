@@ -156,6 +156,22 @@ def test_a_failed_check_sets_the_attempt_aside_and_the_strong_worker_fixes_it(
     assert "turn 1 step 3: strong (prior, p=" in shown.stdout
     assert "escalates after cheap failed the check" in shown.stdout
 
+    # the exported session carries the attempts, in each of its forms
+    exported = fugu("sessions", "export", sid, "--format", "json", cwd=repo)
+    assert exported.code == 0, exported.stderr
+    (turn,) = json.loads(exported.stdout)["turns"]
+    assert [(a["worker"], a["check"], a["set_aside"]) for a in turn["attempts"]] == [
+        ("cheap", "failed", ref),
+        ("strong", "passed", None),
+    ]
+    assert [a["cost_usd"] for a in turn["attempts"]] == [a["cost_usd"] for a in attempts]
+    markdown = fugu("sessions", "export", sid, "--format", "md", cwd=repo).stdout
+    first = f"1. cheap · check failed (exit 1) · ${attempts[0]['cost_usd']:.4f} · set aside as {ref}"
+    assert first in markdown
+    assert "2. strong · check passed (exit 0)" in markdown
+    page = fugu("sessions", "export", sid, "--format", "html", cwd=repo).stdout
+    assert "<li>strong · check passed (exit 0)" in page
+
 
 def test_a_passing_check_ends_the_turn_and_the_strong_worker_is_never_called(
     tmp_path: Path, loopback_factory: object
