@@ -158,12 +158,26 @@ def _merged(model: Any) -> Any:
     return model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
 
 
-def sft(policy: Policy, prompts: Sequence[str], completions: Sequence[str], cfg: LMConfig) -> None:
-    """Supervised warm start on (prompt, workflow) pairs, loss on the workflow only (TRL's SFTTrainer)."""
+def sft(
+    policy: Policy,
+    prompts: Sequence[str],
+    completions: Sequence[str],
+    cfg: LMConfig,
+    on_step: StepLog | None = None,
+) -> None:
+    """Supervised warm start on (prompt, workflow) pairs, loss on the workflow only (TRL's SFTTrainer);
+    `on_step(step, of steps, figures)` after each step, with its loss."""
     if cfg.sft_steps <= 0 or not prompts:
         return
     from datasets import Dataset
+    from transformers import TrainerCallback
     from trl import SFTConfig, SFTTrainer  # type: ignore[attr-defined]
+
+    class Progress(TrainerCallback):  # type: ignore[misc]
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **_: Any) -> None:
+            if on_step is not None and logs and "loss" in logs:
+                figures = {k: float(v) for k, v in logs.items() if isinstance(v, int | float)}
+                on_step(int(state.global_step), int(state.max_steps), figures)
 
     data = Dataset.from_dict({"prompt": list(prompts), "completion": list(completions)})
     with tempfile.TemporaryDirectory(prefix="fugu-sft-") as tmp:
@@ -182,6 +196,7 @@ def sft(policy: Policy, prompts: Sequence[str], completions: Sequence[str], cfg:
             train_dataset=data,
             processing_class=policy.tokenizer,
             peft_config=_lora(cfg),
+            callbacks=[Progress()],
         )
         _quiet(trainer)
         trainer.train()

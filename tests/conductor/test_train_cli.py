@@ -53,11 +53,15 @@ def test_train_writes_a_conductor_that_eval_will_not_judge_on_its_own_rows(tmp_p
     )
     assert run.code == 0, run.stderr
     assert "warm start: 2 steps on 8 synthesised workflows" in run.stderr
+    warm = [line for line in run.stderr.splitlines() if line.startswith("warm start step")]
+    assert [line.split(" · ")[0] for line in warm] == ["warm start step 1/2", "warm start step 2/2"]
+    assert all(" · loss " in line and "left" in line for line in warm)
     steps = [line for line in run.stderr.splitlines() if line.startswith("grpo [")]
     assert len(steps) == 2 and "step 2/2" in steps[-1] and "parse" in steps[-1] and "left" in steps[-1]
     assert f"conductor written to {out}" in run.stdout
     meta = json.loads((out / "conductor.json").read_text())
     assert len(meta["history"]) == 2 and {"reward", "parse_rate", "right", "cost"} <= set(meta["history"][0])
+    assert len(meta["warm_start_loss"]) == 2 and all(x > 0 for x in meta["warm_start_loss"])
     assert meta["lm"]["lora_rank"] == 4 and meta["lm"]["beta"] == 0.0  # no KL term by default
     assert sorted(meta["train_rows"]["ids"]) == sorted(id_key(p) for p in data.prompt_ids)
     assert (out / "config.json").is_file() and not (out / "adapter_config.json").exists()  # LoRA folded in
