@@ -430,6 +430,7 @@ def conductor_train(
     lora_rank: Annotated[int, typer.Option("--lora-rank", min=0, help="LoRA rank; 0: full fine-tune.")] = 16,
     sft_steps: Annotated[int, typer.Option("--sft-steps", min=0, help="Warm-start steps (0: none).")] = 40,
     sft_lr: Annotated[float, typer.Option("--sft-lr", min=0.0)] = 2e-4,
+    sft_batch: Annotated[int, typer.Option("--sft-batch", min=1, help="Workflows per warm-start step.")] = 8,
     beta: Annotated[
         float, typer.Option("--beta", min=0.0, help="KL weight toward the base (0: none).")
     ] = 0.0,
@@ -473,6 +474,7 @@ def conductor_train(
         lora_alpha=2 * max(lora_rank, 1),
         sft_steps=sft_steps,
         sft_learning_rate=sft_lr,
+        sft_batch=sft_batch,
         seed=seed,
         device=device,
         bf16=bf16,

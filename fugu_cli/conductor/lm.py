@@ -149,6 +149,8 @@ def _common(cfg: LMConfig, out: str) -> dict[str, Any]:
         "seed": cfg.seed,
         "use_cpu": cpu,
         "bf16": cfg.bf16 and not cpu,
+        # recomputing activations saves a GPU's memory; a CPU has the memory and not the time to spare
+        "gradient_checkpointing": not cpu,
         "dataloader_num_workers": 0,
     }
 

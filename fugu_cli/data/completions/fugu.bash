@@ -122,6 +122,7 @@ _fugu() {
         "conductor train|--lora-rank") return ;;
         "conductor train|--sft-steps") return ;;
         "conductor train|--sft-lr") return ;;
+        "conductor train|--sft-batch") return ;;
         "conductor train|--beta") return ;;
         "conductor train|--lambda") return ;;
         "conductor train|--carry-accuracy") return ;;
@@ -163,7 +164,7 @@ _fugu() {
         "router train") opts="--data --out --stage --split --tau --svf --generations --lambda --seed --threads --store --prices --processes --executor --ray-address --verifier-accuracy --help" subs="" ;;
         "router eval") opts="--data --router --split --k --json --plot --threads --store --train-data --allow-train-rows --skip-train-rows --prices --lambdas --verifier-accuracy --worlds --help" subs="" ;;
         "conductor") opts="--help" subs="train eval" ;;
-        "conductor train") opts="--base --out --data --steps --group --prompts-per-step --lr --completion-tokens --lora-rank --sft-steps --sft-lr --beta --lambda --carry-accuracy --max-depth --split --min-workers --max-workers --env --suite --pool --seed --device --bf16 --threads --help" subs="" ;;
+        "conductor train") opts="--base --out --data --steps --group --prompts-per-step --lr --completion-tokens --lora-rank --sft-steps --sft-lr --sft-batch --beta --lambda --carry-accuracy --max-depth --split --min-workers --max-workers --env --suite --pool --seed --device --bf16 --threads --help" subs="" ;;
         "conductor eval") opts="--data --conductor --json --lambda --subset --best-of --limit --seed --device --threads --help" subs="" ;;
         "mcp") opts="--help" subs="list" ;;
         "mcp list") opts="--json --trust-project --help" subs="" ;;
