@@ -96,11 +96,14 @@ def versus(method: Sequence[Point], reference: Sequence[Point]) -> Versus:
             unreachable.append(b)
         else:
             gaps.append(m - value_at(reference, b))
-    # a point below the cheapest model's reward saves nothing "at equal reward": no single model is that bad
+    # at equal reward, at every reward where either curve bends (cost over cost is linear-fractional between
+    # them, so its extremes are there); a reward below the cheapest model's saves nothing: no single model is
+    # that bad, and one the method never reaches saves nothing either
+    rewards = sorted({r for _, r in [*method, *reference] if r >= reference[0][1] - TOL})
     savings = [
-        1.0 - c / ref_c
-        for c, r in method
-        if r >= reference[0][1] - TOL and 0 < (ref_c := cost_for(reference, r)) < float("inf")
+        1.0 - cost_for(method, r) / ref_c
+        for r in rewards
+        if 0 < (ref_c := cost_for(reference, r)) < float("inf") and cost_for(method, r) < float("inf")
     ]
     return Versus(
         min_gap=float(min(gaps)) if gaps else float("nan"),

@@ -42,6 +42,10 @@ def test_versus_finds_the_worst_and_best_budget_and_the_cost_saving() -> None:
     assert not w.on_or_above and w.min_gap == pytest.approx(-0.05)
     cheap = fr.versus(fr.upper_hull([(0.5, 0.3), (1.0, 0.4), (5.0, 0.8)]), ref)
     assert cheap.max_saving == 0.0  # cheaper but worse than any single model saves nothing at equal reward
+    # a method that goes past the best single model saves where its line crosses that model's reward, between
+    # its own points: 0.8 at $2.6 on the line from ($1, 0.4) to ($3, 0.9), where the reference pays $5
+    beyond = fr.versus(fr.upper_hull([(1.0, 0.4), (3.0, 0.9)]), ref)
+    assert beyond.max_saving == pytest.approx(1 - 2.6 / 5.0)
     late = fr.versus(fr.upper_hull([(2.0, 0.7), (5.0, 0.8)]), ref)
     assert late.unreachable == [1.0] and not late.on_or_above  # cannot spend as little as the cheapest model
 
