@@ -245,3 +245,44 @@ def test_the_choice_follows_the_session_from_step_to_step(tmp_path: Path) -> Non
         msgs.append(m)
         picks.append(router.pick(RouteState(msgs, len(msgs)), pool).worker)
     assert picks[:2] == ["sql-pro", "sql-pro"] and picks[-1] == "web-pro"
+
+
+def test_a_batch_of_decisions_is_each_decision_alone_in_one_backbone_call(tmp_path: Path) -> None:
+    pool = [worker("sql"), worker("web"), worker("shell")]
+    two = pool[:2]
+    asks = [
+        (RouteState(messages=user("optimise this SQL query"), step=1), pool),
+        (RouteState(messages=tuple(_transcript(10)), step=3, last_worker="sql-pro"), pool),
+        (RouteState(user("center a div with flexbox"), step=1, excluded=frozenset({"web-pro"})), pool),
+        (RouteState(user("hi"), step=1, excluded=frozenset(w.name for w in two)), two),  # nobody left
+        (RouteState(messages=user("write a bash loop over files"), step=1), two),
+        (RouteState(messages=(Message(role="system", content="only a system message"),), step=1), pool),
+    ]
+    alone = _router(tmp_path, pool, bias={"sql-pro": 0.3})
+    singles: list[object] = []
+    for state, p in asks:
+        try:
+            singles.append(alone.pick(state, p))
+        except LookupError as e:
+            singles.append(e)
+    batched = LearnedRouter.load(tmp_path / "ckpt", backbone=minilm())  # a fresh cache
+    bb = CountingBackbone(batched.backbone)
+    batched.backbone = batched.encoder.backbone = bb
+    together = batched.pick_many(asks)
+    assert bb.calls == 1  # every new line of every transcript, and the descriptions, in one forward pass
+    assert len(together) == len(asks)
+    for single, batch in zip(singles, together, strict=True):
+        if isinstance(single, LookupError):
+            assert isinstance(batch, LookupError)
+            continue
+        assert not isinstance(batch, Exception)
+        assert (batch.worker, batch.source, batch.role, batch.reason) == (
+            single.worker,  # type: ignore[attr-defined]
+            single.source,  # type: ignore[attr-defined]
+            single.role,  # type: ignore[attr-defined]
+            single.reason,  # type: ignore[attr-defined]
+        )
+        assert batch.scores.keys() == single.scores.keys()  # type: ignore[attr-defined]
+        for name, p in batch.scores.items():
+            assert p == pytest.approx(single.scores[name], abs=1e-6)  # type: ignore[attr-defined]
+    assert len({d.worker for d in together if not isinstance(d, Exception)}) > 1  # not one answer for all
