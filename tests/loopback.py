@@ -79,6 +79,13 @@ def _chunks(text: str, size: int) -> list[str]:
 class _Listener(ThreadingHTTPServer):
     request_queue_size = 256  # the default 5 resets connections when dozens of clients connect at once
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], ConnectionResetError):
+            return  # a client that kept its connection alive went away: nothing to report
+        super().handle_error(request, client_address)
+
 
 class SilentServer:
     """A real TCP listener on loopback that accepts every connection, reads the request and never answers:

@@ -2,7 +2,8 @@
 in the same run: the same call made directly to the worker with the same client (the openai SDK).
 
 - latency: added time per pass-through call (model `fugu`) over a direct call, median of N sequential calls,
-  and the router's own decision time (from the replies' `fugu.latency_ms`);
+  the router's own decision time (from the replies' `fugu.latency_ms`), and the CPU time the server process
+  spends per call (less moved by the machine's load than wall-clock times);
 - throughput: requests/s at 1, 8 and 32 concurrent clients with a 0.2 s model delay, for the pass-through and
   for agent turns (`fugu-agent`, one session per client), against direct calls at the same concurrency;
 - sessions: the server's resident memory after a warm-up of new agent sessions (100: past the 64 it keeps
@@ -135,9 +136,11 @@ def latency(served: Served, direct_url: str, calls: int) -> None:
         via_fugu(-warm)
         straight(-warm)
     a, b = [], []
+    cpu = _cpu_s(served.proc.pid)
     for i in range(calls):  # interleaved, so load on the machine hits both alike
         a.append(_timed(straight, i))
         b.append(_timed(via_fugu, i))
+    cpu_ms = (_cpu_s(served.proc.pid) - cpu) * 1000 / calls
     base, through = statistics.median(a), statistics.median(b)
     router = statistics.median(decisions[20:])
     print(f"latency, one non-streamed chat completion, openai SDK, N={calls} (median / p90):")
@@ -148,6 +151,7 @@ def latency(served: Served, direct_url: str, calls: int) -> None:
     )
     added = statistics.median([y - x for x, y in zip(a, b, strict=True)])
     print(f"  added, median of paired diffs  {added:+7.2f} ms")
+    print(f"  CPU time of the fugu serve process per call (all its threads): {cpu_ms:.2f} ms")
 
 
 def _timed(fn: Callable[[int], None], i: int) -> float:

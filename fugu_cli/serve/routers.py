@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from fugu_cli.app import RouterSource
 from fugu_cli.router import Router
@@ -90,15 +89,13 @@ class _Batched:
             return e
 
     def escalate(self, state: RouteState, pool: Sequence[Worker]) -> RouteDecision | Stop:
-        return self._alone(lambda: self.router.escalate(state, pool))
-
-    def _alone(self, fn: Callable[[], Any]) -> Any:
+        """Alone: no batch runs meanwhile (the router's caches are not thread-safe)."""
         with self._turn:
             while self._busy:
                 self._turn.wait()
             self._busy = True
         try:
-            return fn()
+            return self.router.escalate(state, pool)
         finally:
             with self._turn:
                 self._busy = False
