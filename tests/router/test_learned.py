@@ -15,7 +15,7 @@ from fugu_cli.router.features import TranscriptEncoder, describe, description_te
 from fugu_cli.router.head import HeadConfig, SelectionHead
 from fugu_cli.router.learned import LearnedRouter, expected_costs
 from fugu_cli.router.roles import ROLES, is_accept, role_instructions
-from fugu_cli.types import Message, RouteState, ToolCall, Worker
+from fugu_cli.types import Message, RouteDecision, RouteState, ToolCall, Worker
 from tests.router.kit import minilm, prompts, user, worker
 
 
@@ -259,7 +259,7 @@ def test_a_batch_of_decisions_is_each_decision_alone_in_one_backbone_call(tmp_pa
         (RouteState(messages=(Message(role="system", content="only a system message"),), step=1), pool),
     ]
     alone = _router(tmp_path, pool, bias={"sql-pro": 0.3})
-    singles: list[object] = []
+    singles: list[RouteDecision | Exception] = []
     for state, p in asks:
         try:
             singles.append(alone.pick(state, p))
@@ -275,14 +275,14 @@ def test_a_batch_of_decisions_is_each_decision_alone_in_one_backbone_call(tmp_pa
         if isinstance(single, LookupError):
             assert isinstance(batch, LookupError)
             continue
-        assert not isinstance(batch, Exception)
+        assert isinstance(batch, RouteDecision) and isinstance(single, RouteDecision)
         assert (batch.worker, batch.source, batch.role, batch.reason) == (
-            single.worker,  # type: ignore[attr-defined]
-            single.source,  # type: ignore[attr-defined]
-            single.role,  # type: ignore[attr-defined]
-            single.reason,  # type: ignore[attr-defined]
+            single.worker,
+            single.source,
+            single.role,
+            single.reason,
         )
-        assert batch.scores.keys() == single.scores.keys()  # type: ignore[attr-defined]
-        for name, p in batch.scores.items():
-            assert p == pytest.approx(single.scores[name], abs=1e-6)  # type: ignore[attr-defined]
+        assert batch.scores.keys() == single.scores.keys()
+        for name, prob in batch.scores.items():
+            assert prob == pytest.approx(single.scores[name], abs=1e-6)
     assert len({d.worker for d in together if not isinstance(d, Exception)}) > 1  # not one answer for all
