@@ -99,3 +99,23 @@ def test_a_router_without_pick_many_decides_a_batch_one_by_one() -> None:
         t.join(30)
     assert seen == [PriorRouter().pick(RouteState(user("hi"), 1), pool).worker] * 16
     assert sum(batched.batches) == 16 and not batched._busy and not batched._waiting
+
+
+def test_the_servers_learned_router_decides_on_one_thread(tmp_path: Path) -> None:
+    import torch
+
+    from fugu_cli.app import RouterSource
+    from fugu_cli.serve.routers import SharedRouter
+
+    pool = [worker("sql"), worker("web")]
+    init_checkpoint(tmp_path / "ckpt", pool)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        shared = SharedRouter(RouterSource(tmp_path / "ckpt", None))
+        router = shared.make()
+        assert torch.get_num_threads() == 1 and shared.make() is router
+        assert isinstance(router, _Batched) and isinstance(router.router, LearnedRouter)
+        assert router.pick(_ask(0, pool), pool).source == "learned"
+    finally:
+        torch.set_num_threads(before)

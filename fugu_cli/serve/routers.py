@@ -102,11 +102,18 @@ class _Batched:
                 self._turn.notify_all()
 
 
+# A server's decisions run beside its HTTP work and every request's Python on the same cores: one intra-op
+# thread. Two spin and wait for each other on a busy machine (2 shared cores, load 7: a decision took 35 to
+# 670 ms on two threads, 12 to 15 ms on one; docs/BENCHMARKS.md, "fugu serve").
+SERVE_THREADS = 1
+
+
 class SharedRouter(RouterSource):
     """A `RouterSource` whose `make` gives every caller the same (batching) router."""
 
     def __init__(self, source: RouterSource) -> None:
-        super().__init__(source.checkpoint, source.cost_weight)
+        super().__init__(source.checkpoint, source.cost_weight, SERVE_THREADS)
+        source.threads = SERVE_THREADS
         self._source = source
         self._one: _Batched | None = None
         self._making = threading.Lock()
