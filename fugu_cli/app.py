@@ -80,9 +80,10 @@ class RouterSource:
     of one process (a server's, an eval run's); the head and the per-transcript cache are each session's.
     A one-shot run `start`s its one learned router in a process of its own while it builds the rest."""
 
-    def __init__(self, checkpoint: Path | None, cost_weight: float | None) -> None:
+    def __init__(self, checkpoint: Path | None, cost_weight: float | None, threads: int = 2) -> None:
         self.checkpoint = checkpoint  # None: the prior
         self.cost_weight = cost_weight
+        self.threads = threads  # torch's intra-op threads for the learned router's backbone (process-wide)
         self._backbone: Backbone | None = None
         self._started: Router | None = None
         self._lock = threading.Lock()
@@ -128,7 +129,7 @@ class RouterSource:
                         return LearnedRouter.load(spec, cost_weight=self.cost_weight, backbone=self._backbone)
                     except ValueError:  # its SVF changes the backbone's weights: it needs its own
                         return LearnedRouter.load(spec, cost_weight=self.cost_weight)
-                router = LearnedRouter.load(spec, cost_weight=self.cost_weight)
+                router = LearnedRouter.load(spec, cost_weight=self.cost_weight, threads=self.threads)
             except (OSError, ValueError, KeyError) as e:
                 raise ConfigError(f"cannot load router checkpoint {spec}: {e}") from e
             self._backbone = router.backbone

@@ -79,6 +79,13 @@ def _chunks(text: str, size: int) -> list[str]:
 class _Listener(ThreadingHTTPServer):
     request_queue_size = 256  # the default 5 resets connections when dozens of clients connect at once
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], ConnectionResetError):
+            return  # a client that kept its connection alive went away: nothing to report
+        super().handle_error(request, client_address)
+
 
 class SilentServer:
     """A real TCP listener on loopback that accepts every connection, reads the request and never answers:
@@ -117,7 +124,13 @@ class SilentServer:
 class LoopbackServer:
     """A ThreadingHTTPServer in a background thread, on an ephemeral port unless one is given."""
 
-    def __init__(self, port: int = 0, default_reply: Reply | None = None) -> None:
+    def __init__(
+        self, port: int = 0, default_reply: Reply | None = None, *, keep_alive_streams: bool = False
+    ) -> None:
+        """`keep_alive_streams`: streamed replies are sent in chunked transfer encoding on a connection kept
+        open for the next request, as hosted providers send them (by default a stream ends by closing
+        its connection, so every streamed call opens a new one)."""
+        self.keep_alive_streams = keep_alive_streams
         self._queues: dict[str, deque[dict[str, Any]]] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -302,22 +315,30 @@ class _Handler(BaseHTTPRequestHandler):
         self, rec: RecordedRequest, reply: dict[str, Any], events: Iterator[tuple[str, Any]], done: bytes
     ) -> None:
         """Server-sent events: (event name or "", JSON data) pairs, paced by the reply's `chunk_delay_s`."""
+        chunked = self.loopback.keep_alive_streams
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
-        self.send_header("Connection", "close")
+        self.send_header(*(("Transfer-Encoding", "chunked") if chunked else ("Connection", "close")))
         self.end_headers()
-        self.close_connection = True
+        self.close_connection = not chunked
+
+        def write(data: bytes) -> None:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if chunked and data else data)
+
         pause = float(reply.get("chunk_delay_s", 0.0))
         try:
             for name, data in events:
                 head = f"event: {name}\n" if name else ""
-                self.wfile.write(f"{head}data: {json.dumps(data)}\n\n".encode())
+                write(f"{head}data: {json.dumps(data)}\n\n".encode())
                 self.wfile.flush()
                 if pause and self.loopback.wait(pause):
+                    self.close_connection = True
                     return
             rec.status = 200
-            self.wfile.write(done)
+            write(done)
+            if chunked:
+                self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             rec.status = 499

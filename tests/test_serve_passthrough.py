@@ -333,3 +333,55 @@ def test_a_client_that_leaves_mid_stream_closes_the_workers_stream(
     while time.monotonic() < deadline and sent.status is None:
         time.sleep(0.1)
     assert sent.status == 499  # fugu hung up on the worker: its next chunk found no reader
+
+
+def test_concurrent_calls_each_leave_their_session_route_and_step_rows(
+    tmp_path: Path, loopback: LoopbackServer, serve: Serve
+) -> None:
+    """24 pass-through calls at once (their decisions batched by the shared router), half streamed: each
+    answered, each a session of its own with its title, one route decision and one step, all in the store
+    when the replies are in and still there after the server stopped."""
+    import threading
+
+    server = serve(pool_file(tmp_path, loopback, "alpha", "beta"), api_key=KEY)
+    client = _client(server.url)
+    sessions: dict[int, str] = {}
+    errors: list[BaseException] = []
+    start = threading.Barrier(24)
+
+    def call(i: int) -> None:
+        try:
+            start.wait()
+            messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": f"task number {i}"}]
+            if i % 2:
+                with client.chat.completions.with_streaming_response.create(
+                    model="fugu", messages=messages, stream=True
+                ) as raw:
+                    sessions[i] = raw.headers["x-fugu-session"]
+                    assert "[DONE]" in raw.text()
+            else:
+                raw_reply = client.chat.completions.with_raw_response.create(model="fugu", messages=messages)
+                sessions[i] = raw_reply.headers["x-fugu-session"]
+                assert raw_reply.parse().choices[0].message.content
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and len(set(sessions.values())) == 24
+
+    def ledger() -> list[tuple[object, ...]]:
+        return rows(
+            "SELECT s.id, s.title, s.mode,"
+            " (SELECT count(*) FROM route_decisions r WHERE r.session_id = s.id),"
+            " (SELECT count(*) FROM steps t WHERE t.session_id = s.id AND t.status = 'ok')"
+            " FROM sessions s ORDER BY s.id"
+        )
+
+    want = sorted((sid, f"task number {i}", "pass", 1, 1) for i, sid in sessions.items())
+    assert ledger() == want
+    server.stop()
+    assert ledger() == want

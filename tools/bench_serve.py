@@ -2,11 +2,16 @@
 in the same run: the same call made directly to the worker with the same client (the openai SDK).
 
 - latency: added time per pass-through call (model `fugu`) over a direct call, median of N sequential calls,
-  and the router's own decision time (from the replies' `fugu.latency_ms`);
+  the router's own decision time (from the replies' `fugu.latency_ms`), and the CPU time the server process
+  spends per call (less moved by the machine's load than wall-clock times);
 - throughput: requests/s at 1, 8 and 32 concurrent clients with a 0.2 s model delay, for the pass-through and
   for agent turns (`fugu-agent`, one session per client), against direct calls at the same concurrency;
 - sessions: the server's resident memory after a warm-up of new agent sessions (100: past the 64 it keeps
   live), then after 100 and 200 more (and the same for pass-through conversations).
+
+Measuring starts once the server's start-up work is over (it imports litellm and loads the router in a
+thread after it starts listening). The loopback worker streams on kept-alive connections (`--loopback close`:
+each stream ends by closing its connection, the benchmark's behaviour before 2026-12-01 22:00).
 
 Run: `PYTHONPATH=. .venv/bin/python tools/bench_serve.py [--calls 200] [--router prior|default]`
 (a benchmark, not a test; it sends traffic to 127.0.0.1 only, and stops by itself).
@@ -78,6 +83,7 @@ class Served:
         if "listening" not in line:
             raise SystemExit(f"fugu serve did not start: {line!r}")
         self.url = f"http://127.0.0.1:{self.port}/v1"
+        _settle(self.proc.pid)
 
     def rss(self) -> float:
         return _rss_mib(self.proc.pid)
@@ -85,6 +91,24 @@ class Served:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=30)
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _settle(pid: int, limit_s: float = 120.0) -> None:
+    """Wait until the server's start-up work (importing litellm, loading the router, in a thread of its own
+    after the listening line) is over: until it used under 2% of a core for a whole second."""
+    deadline = time.monotonic() + limit_s
+    before = _cpu_s(pid)
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = _cpu_s(pid)
+        if now - before < 0.02:
+            return
+        before = now
 
 
 def _client(base_url: str) -> Any:
@@ -112,9 +136,11 @@ def latency(served: Served, direct_url: str, calls: int) -> None:
         via_fugu(-warm)
         straight(-warm)
     a, b = [], []
+    cpu = _cpu_s(served.proc.pid)
     for i in range(calls):  # interleaved, so load on the machine hits both alike
         a.append(_timed(straight, i))
         b.append(_timed(via_fugu, i))
+    cpu_ms = (_cpu_s(served.proc.pid) - cpu) * 1000 / calls
     base, through = statistics.median(a), statistics.median(b)
     router = statistics.median(decisions[20:])
     print(f"latency, one non-streamed chat completion, openai SDK, N={calls} (median / p90):")
@@ -125,6 +151,7 @@ def latency(served: Served, direct_url: str, calls: int) -> None:
     )
     added = statistics.median([y - x for x, y in zip(a, b, strict=True)])
     print(f"  added, median of paired diffs  {added:+7.2f} ms")
+    print(f"  CPU time of the fugu serve process per call (all its threads): {cpu_ms:.2f} ms")
 
 
 def _timed(fn: Callable[[int], None], i: int) -> float:
@@ -185,7 +212,9 @@ def throughput(served: Served, slow_url: str) -> None:
         ("fugu pass-through", passthrough),
         ("fugu-agent turns", agent),
     ):
-        rates = {n: _rate(n, per, call) for n, per in ((1, 10), (8, 5), (32, 3))}
+        _rate(8, 2, call)  # warm-up: connections, the first decisions
+        sessions.clear()
+        rates = {n: _rate(n, per, call) for n, per in ((1, 10), (8, 8), (32, 6))}
         cells = "  ".join(f"{n:>2} clients {r:6.1f} ({r / rates[1]:4.1f}x)" for n, r in rates.items())
         print(f"  {label:<20} {cells}")
         sessions.clear()
@@ -214,27 +243,40 @@ def main() -> None:
     parser.add_argument("--router", default="prior", help="prior, or default (the shipped learned router)")
     parser.add_argument("--only", choices=("latency", "throughput", "sessions"), default=None)
     parser.add_argument("--warmup", type=int, default=100, help="new sessions before memory is measured")
+    parser.add_argument(
+        "--loopback",
+        choices=("keep-alive", "close"),
+        default="keep-alive",
+        help="how the loopback worker sends a streamed reply: chunked on a kept-alive connection, as hosted "
+        "providers do (fugu streams even a whole reply, to cut a silent worker), or ending by closing the "
+        "connection, so that each of fugu's calls opens a new one (the benchmark before 2026-12-01 22:00)",
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from tests.loopback import LoopbackServer
 
     work = Path(tempfile.mkdtemp(prefix="fugu-bench-serve-"))
+    keep = args.loopback == "keep-alive"
     with (
-        LoopbackServer() as fast,
-        LoopbackServer(default_reply={"content": "done", "delay_s": DELAY_S}) as slow,
+        LoopbackServer(keep_alive_streams=keep) as fast,
+        LoopbackServer(
+            default_reply={"content": "done", "delay_s": DELAY_S}, keep_alive_streams=keep
+        ) as slow,
     ):
         served = Served(work / "fast", fast.base_url, args.router)
         slow_served = Served(work / "slow", slow.base_url, args.router)
         try:
             load = os.getloadavg()[0]
             print(
-                f"fugu serve (router: {args.router}), loopback workers, {os.cpu_count()} CPUs, "
-                f"load {load:.1f}",
+                f"fugu serve (router: {args.router}), loopback workers ({args.loopback} streams), "
+                f"{os.cpu_count()} CPUs, load {load:.1f}",
             )
             if args.only in (None, "latency"):
                 latency(served, fast.base_url, args.calls)
+                print(f"  (load average at the end: {os.getloadavg()[0]:.1f})")
             if args.only in (None, "throughput"):
                 throughput(slow_served, slow.base_url)
+                print(f"  (load average at the end: {os.getloadavg()[0]:.1f})")
             if args.only in (None, "sessions"):
                 sessions_memory(served, args.warmup)
         finally:

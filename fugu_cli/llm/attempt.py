@@ -26,17 +26,19 @@ _POLL_S = 0.02
 
 class Signals:
     """What the helper thread tells the watcher: the request went out (and whether a first byte is to be
-    waited for), the first byte came, a piece of text arrived."""
+    waited for), the first byte came, a piece of text arrived. Only text and the end wake the watcher: the
+    first-byte clock is read on its polls, so a call costs the watcher one wake-up, not three."""
 
     def __init__(self) -> None:
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.abort = threading.Event()  # set by the watcher: stop reading, the caller has gone
+        self.silent_since: float | None = None  # a streamed request went out then; nothing heard since
 
     def sent(self, streaming: bool) -> None:
-        self.events.put(("sent", streaming))
+        self.silent_since = time.monotonic() if streaming else None
 
     def first(self) -> None:
-        self.events.put(("first", None))
+        self.silent_since = None
 
     def text(self, text: str) -> None:
         self.events.put(("text", text))
@@ -103,23 +105,19 @@ def watched(
             signals.events.put(("error", exc))
 
     _HELPERS.run(job)
-    silent_since: float | None = None  # set once a streamed request is sent, cleared by its first byte
     while True:
         if cancel is not None and cancel.is_set():
             signals.abort.set()
             raise Interrupted(f"interrupted while waiting for {worker.name}")
-        if silent_since is not None and time.monotonic() - silent_since > first_byte_timeout_s:
+        since = signals.silent_since  # set once a streamed request is sent, cleared by its first byte
+        if since is not None and time.monotonic() - since > first_byte_timeout_s:
             signals.abort.set()
             raise silent(worker, first_byte_timeout_s)
         try:
             kind, value = signals.events.get(timeout=_POLL_S)
         except queue.Empty:
             continue
-        if kind == "sent":
-            silent_since = time.monotonic() if value else None
-        elif kind == "first":
-            silent_since = None
-        elif kind == "text" and on_text is not None:
+        if kind == "text" and on_text is not None:
             try:
                 on_text(value)
             except Exception as exc:

@@ -102,10 +102,7 @@ class LearnedRouter:
     def _features(self, state: RouteState, pool: Sequence[Worker]) -> tuple[torch.Tensor, torch.Tensor]:
         """[H] transcript features and [W, D] the pool's description embeddings, from one backbone call
         for whatever of either is not cached yet (a decision's new messages; the pool's descriptions once)."""
-        lines, limits = self.encoder.window(state.messages)
-        descs = [self._description(w) for w in pool]
-        vecs = self.encoder.lines([*lines, *descs], [*limits, *[self.meta.max_tokens] * len(descs)])
-        return self.encoder.combine(vecs[: len(lines)]), vecs[len(lines) :]
+        return self._features_many([(state, pool)])[0]
 
     def _logits(self, h: torch.Tensor, desc: torch.Tensor, pool: Sequence[Worker]) -> torch.Tensor:
         """[H], [W, D] -> [W]"""
@@ -142,12 +139,64 @@ class LearnedRouter:
         return np.asarray(step * _task_ratio(d.costs(known, np.zeros(len(pool))), known, step))
 
     def pick(self, state: RouteState, pool: Sequence[Worker]) -> RouteDecision:
+        out = self.pick_many([(state, pool)])[0]
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    def pick_many(
+        self, asks: Sequence[tuple[RouteState, Sequence[Worker]]]
+    ) -> list[RouteDecision | Exception]:
+        """`pick` for each (state, pool), with one backbone call for every line not cached yet (a server's
+        concurrent decisions in one forward pass). Each decision is the one `pick` makes alone: a line's
+        vector does not depend on its batch (padding is masked), and the head and the utilities are each
+        decision's own. A decision that cannot be made (every worker excluded) is its `LookupError`.
+        `latency_ms` is the time from the batch's start to the decision."""
         start = time.perf_counter()
-        barred = state.barred([w.name for w in pool])
-        live = np.array([w.name not in barred for w in pool])
-        if not live.any():
-            raise LookupError("every worker in the pool is excluded")
-        h, desc = self._features(state, pool)  # [H], [W, D]
+        out: list[RouteDecision | Exception] = []
+        todo: list[tuple[int, RouteState, Sequence[Worker], np.ndarray]] = []
+        for i, (state, pool) in enumerate(asks):
+            barred = state.barred([w.name for w in pool])
+            live = np.array([w.name not in barred for w in pool])
+            out.append(LookupError("every worker in the pool is excluded"))
+            if live.any():
+                todo.append((i, state, pool, live))
+        features = self._features_many([(state, pool) for _, state, pool, _ in todo])
+        for (i, state, pool, live), (h, desc) in zip(todo, features, strict=True):
+            out[i] = self._decide(state, pool, live, h, desc, start)
+        return out
+
+    def _features_many(
+        self, asks: Sequence[tuple[RouteState, Sequence[Worker]]]
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """`_features` of each (state, pool), from one backbone call for all of them."""
+        parts: list[tuple[int, int]] = []  # (lines, descriptions) of each ask, in `every`'s order
+        every: list[str] = []
+        limits: list[int] = []
+        for state, pool in asks:
+            lines, caps = self.encoder.window(state.messages)
+            descs = [self._description(w) for w in pool]
+            every += [*lines, *descs]
+            limits += [*caps, *[self.meta.max_tokens] * len(descs)]
+            parts.append((len(lines), len(descs)))
+        vecs = self.encoder.lines(every, limits)
+        out = []
+        at = 0
+        for n_lines, n_descs in parts:
+            mine = vecs[at : at + n_lines + n_descs]
+            out.append((self.encoder.combine(mine[:n_lines]), mine[n_lines:]))
+            at += n_lines + n_descs
+        return out
+
+    def _decide(
+        self,
+        state: RouteState,
+        pool: Sequence[Worker],
+        live: np.ndarray,
+        h: torch.Tensor,
+        desc: torch.Tensor,
+        start: float,
+    ) -> RouteDecision:
         util = self._utilities(self._logits(h, desc, pool), state, pool)
         masked = np.where(live, util, -np.inf)
         best = int(np.argmax(masked))  # first maximum: ties go to the earlier worker in the pool

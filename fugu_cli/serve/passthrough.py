@@ -117,9 +117,9 @@ class PassThrough:
         if session is not None:
             return session
         sid = new_session_id()
-        self.store.create_session(sid, str(self.root), "pass", self._pool_json, self.router.name)
         title = next((text_of(m.get("content")) for m in req.messages if m.get("role") == "user"), "")
-        self.store.touch_session(sid, title=title.strip().splitlines()[0][:80] if title.strip() else None)
+        title = title.strip().splitlines()[0][:80] if title.strip() else ""
+        self.store.create_session(sid, str(self.root), "pass", self._pool_json, self.router.name, title=title)
         return self._keep(PassSession(sid))
 
     def _named(self, sid: str) -> PassSession:

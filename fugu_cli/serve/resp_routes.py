@@ -21,8 +21,17 @@ from fugu_cli.serve.passthrough import Routed
 from fugu_cli.serve.resp_events import ResponseEvents, envelope, response_from_chat, text_item, usage_of
 from fugu_cli.serve.resp_store import owner_of
 from fugu_cli.serve.responses import Asked, chat_request, read
-from fugu_cli.serve.routes import _blocking, _hub, openai_errors, read_json
-from fugu_cli.serve.sse import EventStream, drain, from_thread, sse
+from fugu_cli.serve.routes import (
+    _blocking,
+    _hub,
+    agent_stream,
+    agent_whole,
+    openai_errors,
+    pass_stream,
+    pass_whole,
+    read_json,
+)
+from fugu_cli.serve.sse import EventStream, sse
 from fugu_cli.serve.turns import Finished, Slot, context
 from fugu_cli.serve.wire import (
     ApiError,
@@ -62,23 +71,16 @@ async def create(request: Request) -> Response:
 async def _pass(request: Request, asked: Asked, req: ChatRequest, owner: str) -> Response:
     hub = _hub(request)
     if not req.stream:
-        with hub.running() as cancel:
-            reply = await _blocking(request, lambda: hub.passthrough().complete(req, cancel), cancel)
+        reply = await pass_whole(request, req)
         body = response_from_chat(reply, asked.body, asked.tools)
         sid = reply["fugu"]["session_id"]
         await _blocking(request, lambda: hub.book.keep(asked, body, sid, owner))
         headers = {"x-fugu-session": sid} | dropped_header(reply["fugu"].get("dropped", ()))
         return JSONResponse(body, headers=headers)
-    cancel = hub.begin()
-    try:
-        call, chunks = await _blocking(request, lambda: hub.passthrough().stream(req, cancel), cancel)
-    except BaseException:
-        hub.end(cancel)
-        raise
-    items = from_thread(lambda put: drain(chunks, put, cancel), cancel, hub.limiter)
+    call, items, cancel, done = await pass_stream(request, req)
     events = ResponseEvents(asked.body, asked.tools)
     keep = functools.partial(hub.book.keep, asked, session_id=call.session.id, owner=owner)
-    stream = _pass_events(events, call, items, keep, lambda: hub.end(cancel))
+    stream = _pass_events(events, call, items, keep, done)
     headers = {"x-fugu-session": call.session.id} | dropped_header(call.dropped)
     return EventStream(stream, cancel, headers)  # type: ignore[return-value]
 
@@ -123,23 +125,16 @@ async def _agent(request: Request, asked: Asked, req: ChatRequest, owner: str, c
     headers = {"x-fugu-session": slot.session.id} | dropped_header(req.notes)
     if not req.stream:
         tracker = Tracker()
-        with hub.running() as cancel:
-            run = functools.partial(agents.run, slot, new, req, tracker.track, cancel)
-            finished = await _blocking(request, run, cancel)
+        finished = await agent_whole(request, slot, new, req, tracker)
         body, error = _agent_response(asked, finished, tracker)
         if error is not None:
             payload = error.body() | {"fugu": body.get("fugu", {})}
             return JSONResponse(payload, error.status, headers | error.headers)
         await _blocking(request, lambda: hub.book.keep(asked, body, slot.session.id, owner))
         return JSONResponse(body, headers=headers | _replayed(finished))
-    cancel = hub.begin()
-
-    def produce(put: Callable[[Any], None]) -> None:
-        put(agents.run(slot, new, req, put, cancel))
-
-    items = from_thread(produce, cancel, hub.limiter)
+    items, cancel, done = await agent_stream(request, slot, new, req)
     keep = functools.partial(hub.book.keep, asked, session_id=slot.session.id, owner=owner)
-    stream = _agent_events(ResponseEvents(asked.body), req, slot, items, keep, lambda: hub.end(cancel))
+    stream = _agent_events(ResponseEvents(asked.body), req, slot, items, keep, done)
     return EventStream(stream, cancel, headers)  # type: ignore[return-value]
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from starlette.requests import Request
@@ -32,6 +32,7 @@ from fugu_cli.serve.wire import (
     outcome,
     usage_json,
 )
+from fugu_cli.types import Message
 
 MAX_BODY = 16 * 1024 * 1024
 MAX_DEPTH = 100  # JSON nesting; OpenAI request bodies with nested tool schemas stay far below
@@ -140,11 +141,34 @@ async def chat_completions(request: Request) -> Response:
 
 
 async def _pass_chat(request: Request, req: ChatRequest) -> Response:
-    hub = _hub(request)
     if not req.stream:
-        with hub.running() as cancel:
-            body = await _blocking(request, lambda: hub.passthrough().complete(req, cancel), cancel)
+        body = await pass_whole(request, req)
         return JSONResponse(body, headers={"x-fugu-session": body["fugu"]["session_id"]})
+    call, items, cancel, done = await pass_stream(request, req)
+    chunks = _chat_chunks(req, call, items, done)
+    return EventStream(chunks, cancel, {"x-fugu-session": call.session.id})  # type: ignore[return-value]
+
+
+# what chat completions and the Responses API share: the blocking work started, and its cancel kept until
+# it ends (a whole reply), or until the stream that relays it ends (`done`)
+
+
+async def pass_whole(request: Request, req: ChatRequest) -> dict[str, Any]:
+    """The pass-through's whole chat.completion (with its `fugu` field)."""
+    hub = _hub(request)
+    with hub.running() as cancel:
+        body: dict[str, Any] = await _blocking(
+            request, lambda: hub.passthrough().complete(req, cancel), cancel
+        )
+    return body
+
+
+async def pass_stream(
+    request: Request, req: ChatRequest
+) -> tuple[Routed, AsyncIterator[Any], threading.Event, Callable[[], None]]:
+    """The pass-through's stream, opened (a worker sent its first chunk): the call, its chunks as they come,
+    the request's cancel, and `done` to call when the relay ends."""
+    hub = _hub(request)
     cancel = hub.begin()
     try:
         call, chunks = await _blocking(request, lambda: hub.passthrough().stream(req, cancel), cancel)
@@ -152,8 +176,34 @@ async def _pass_chat(request: Request, req: ChatRequest) -> Response:
         hub.end(cancel)
         raise
     items = from_thread(lambda put: drain(chunks, put, cancel), cancel, hub.limiter)
-    body = _chat_chunks(req, call, items, lambda: hub.end(cancel))
-    return EventStream(body, cancel, {"x-fugu-session": call.session.id})  # type: ignore[return-value]
+    return call, items, cancel, lambda: hub.end(cancel)
+
+
+async def agent_whole(
+    request: Request, slot: Slot, new: Sequence[Message], req: ChatRequest, tracker: Tracker
+) -> Finished | None:
+    """A whole agent turn of `slot`'s session (its events seen by `tracker`)."""
+    hub = _hub(request)
+    agents = await _blocking(request, hub.agents)
+    with hub.running() as cancel:
+        run = functools.partial(agents.run, slot, new, req, tracker.track, cancel)
+        finished: Finished | None = await _blocking(request, run, cancel)
+    return finished
+
+
+async def agent_stream(
+    request: Request, slot: Slot, new: Sequence[Message], req: ChatRequest
+) -> tuple[AsyncIterator[Any], threading.Event, Callable[[], None]]:
+    """An agent turn of `slot`'s session as it runs: its events, then its `Finished` (or None), the
+    request's cancel, and `done` to call when the relay ends."""
+    hub = _hub(request)
+    agents = await _blocking(request, hub.agents)
+    cancel = hub.begin()
+
+    def produce(put: Callable[[Any], None]) -> None:
+        put(agents.run(slot, new, req, put, cancel))
+
+    return from_thread(produce, cancel, hub.limiter), cancel, lambda: hub.end(cancel)
 
 
 async def _chat_chunks(
@@ -184,21 +234,14 @@ async def _chat_chunks(
 
 async def _agent_chat(request: Request, req: ChatRequest) -> Response:
     hub = _hub(request)
-    slot, new = await _blocking(request, lambda: hub.agents().slot_for(req))
+    agents = await _blocking(request, hub.agents)
+    slot, new = await _blocking(request, lambda: agents.slot_for(req))
     if not req.stream:
         tracker = Tracker()
-        with hub.running() as cancel:
-            run = functools.partial(hub.agents().run, slot, new, req, tracker.track, cancel)
-            finished = await _blocking(request, run, cancel)
+        finished = await agent_whole(request, slot, new, req, tracker)
         return _agent_reply(req, slot, finished, tracker)
-    cancel = hub.begin()
-    agents = hub.agents()
-
-    def produce(put: Callable[[Any], None]) -> None:
-        put(agents.run(slot, new, req, put, cancel))
-
-    items = from_thread(produce, cancel, hub.limiter)
-    body = _agent_chunks(req, slot, items, lambda: hub.end(cancel))
+    items, cancel, done = await agent_stream(request, slot, new, req)
+    body = _agent_chunks(req, slot, items, done)
     headers = {"x-fugu-session": slot.session.id} | dropped_header(req.notes)
     return EventStream(body, cancel, headers)  # type: ignore[return-value]
 

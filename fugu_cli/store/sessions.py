@@ -31,12 +31,14 @@ class SessionTables(Connection):
 
     # sessions
 
-    def create_session(self, sid: str, cwd: str, mode: str, pool_json: str, router: str) -> None:
+    def create_session(
+        self, sid: str, cwd: str, mode: str, pool_json: str, router: str, *, title: str | None = None
+    ) -> None:
         now = time.time()
         self._execute(
-            "INSERT INTO sessions (id, created_at, updated_at, cwd, mode, pool_json, router) "
-            "VALUES (?,?,?,?,?,?,?)",
-            (sid, now, now, cwd, mode, redact(pool_json), router),
+            "INSERT INTO sessions (id, created_at, updated_at, cwd, mode, pool_json, router, title) "
+            "VALUES (?,?,?,?,?,?,?,?)",
+            (sid, now, now, cwd, mode, redact(pool_json), router, redact(title or "")),
         )
 
     def touch_session(self, sid: str, *, title: str | None = None, cost_delta: float = 0.0) -> None:

@@ -46,3 +46,29 @@ def test_factory_servers_are_independent(loopback_factory: Callable[[], Loopback
     assert _reply_text(f"{two.base_url}/chat/completions", body) == "done"
     assert _reply_text(f"{one.base_url}/chat/completions", body) == "from one"
     assert len(one.requests) == len(two.requests) == 1
+
+
+def test_keep_alive_streams_are_chunked_on_one_connection() -> None:
+    import http.client
+
+    body = {"model": "test-model", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    for keep in (True, False):
+        with LoopbackServer(default_reply="streamed hello", keep_alive_streams=keep) as server:
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+            texts, sockets = [], set()
+            for _ in range(2):
+                conn.request(
+                    "POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"}
+                )
+                reply = conn.getresponse()
+                assert (reply.getheader("Transfer-Encoding") == "chunked") is keep
+                raw = reply.read().decode()
+                sockets.add(None if conn.sock is None else id(conn.sock))  # None: closed by the server
+                chunks = [json.loads(x[6:]) for x in raw.split("\n\n") if x.startswith("data: {")]
+                texts.append(
+                    "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+                )
+                assert raw.rstrip().endswith("data: [DONE]")
+            conn.close()
+            assert texts == ["streamed hello"] * 2
+            assert (len(sockets) == 1 and None not in sockets) is keep  # kept alive, or closed after each

@@ -15,7 +15,7 @@ from fugu_cli.router.features import TranscriptEncoder, describe, description_te
 from fugu_cli.router.head import HeadConfig, SelectionHead
 from fugu_cli.router.learned import LearnedRouter, expected_costs
 from fugu_cli.router.roles import ROLES, is_accept, role_instructions
-from fugu_cli.types import Message, RouteState, ToolCall, Worker
+from fugu_cli.types import Message, RouteDecision, RouteState, ToolCall, Worker
 from tests.router.kit import minilm, prompts, user, worker
 
 
@@ -245,3 +245,44 @@ def test_the_choice_follows_the_session_from_step_to_step(tmp_path: Path) -> Non
         msgs.append(m)
         picks.append(router.pick(RouteState(msgs, len(msgs)), pool).worker)
     assert picks[:2] == ["sql-pro", "sql-pro"] and picks[-1] == "web-pro"
+
+
+def test_a_batch_of_decisions_is_each_decision_alone_in_one_backbone_call(tmp_path: Path) -> None:
+    pool = [worker("sql"), worker("web"), worker("shell")]
+    two = pool[:2]
+    asks = [
+        (RouteState(messages=user("optimise this SQL query"), step=1), pool),
+        (RouteState(messages=tuple(_transcript(10)), step=3, last_worker="sql-pro"), pool),
+        (RouteState(user("center a div with flexbox"), step=1, excluded=frozenset({"web-pro"})), pool),
+        (RouteState(user("hi"), step=1, excluded=frozenset(w.name for w in two)), two),  # nobody left
+        (RouteState(messages=user("write a bash loop over files"), step=1), two),
+        (RouteState(messages=(Message(role="system", content="only a system message"),), step=1), pool),
+    ]
+    alone = _router(tmp_path, pool, bias={"sql-pro": 0.3})
+    singles: list[RouteDecision | Exception] = []
+    for state, p in asks:
+        try:
+            singles.append(alone.pick(state, p))
+        except LookupError as e:
+            singles.append(e)
+    batched = LearnedRouter.load(tmp_path / "ckpt", backbone=minilm())  # a fresh cache
+    bb = CountingBackbone(batched.backbone)
+    batched.backbone = batched.encoder.backbone = bb
+    together = batched.pick_many(asks)
+    assert bb.calls == 1  # every new line of every transcript, and the descriptions, in one forward pass
+    assert len(together) == len(asks)
+    for single, batch in zip(singles, together, strict=True):
+        if isinstance(single, LookupError):
+            assert isinstance(batch, LookupError)
+            continue
+        assert isinstance(batch, RouteDecision) and isinstance(single, RouteDecision)
+        assert (batch.worker, batch.source, batch.role, batch.reason) == (
+            single.worker,
+            single.source,
+            single.role,
+            single.reason,
+        )
+        assert batch.scores.keys() == single.scores.keys()
+        for name, prob in batch.scores.items():
+            assert prob == pytest.approx(single.scores[name], abs=1e-6)
+    assert len({d.worker for d in together if not isinstance(d, Exception)}) > 1  # not one answer for all
