@@ -38,7 +38,7 @@ class StepStats:
     reward: float  # mean research reward of the step's workflows (0 / 0.5 / 1 − λ·USD)
     parse_rate: float  # share of them that parsed and validated
     right: float  # share that were right
-    elapsed_s: float
+    elapsed_s: float  # since GRPO started
 
     @property
     def left_s(self) -> float:
@@ -144,12 +144,13 @@ def train(
     def step(k: int, of: int, figures: dict[str, float]) -> None:
         last = recorder.rows[-1] if recorder.rows else {"reward": 0.0, "parse_rate": 0.0, "right": 0.0}
         stats = StepStats(
-            k, of, last["reward"], last["parse_rate"], last["right"], time.monotonic() - started
+            k, of, last["reward"], last["parse_rate"], last["right"], time.monotonic() - grpo_started
         )
         if on_step is not None:
             on_step(stats)
 
     log(f"GRPO: {cfg.steps} steps × {cfg.prompts_per_step} prompts × {cfg.group} workflows")
+    grpo_started = time.monotonic()  # the time left is GRPO's own: the warm start before it is done
     lm.grpo(policy, prompts, reward, cfg, step)
     meta = {
         "base": str(spec.base.resolve()),
