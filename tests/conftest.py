@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,9 +21,55 @@ __all__ = ["loopback", "loopback_factory", "pages", "ray_instance", "serve"]
 _KEY_SUFFIXES = ("_API_KEY", "_API_TOKEN")
 
 
+MODEL_INFO = Path("cache") / "models.json"  # under FUGU_HOME: litellm's answers about models (app.py)
+
+
+@pytest.fixture(scope="session")
+def _model_info_seed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This worker's collection of what fugu runs learnt from litellm's model table (windows, tokenizers)."""
+    return tmp_path_factory.mktemp("model-info") / "models.json"
+
+
+def _read_model_info(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(data, dict) and isinstance(data.get("models"), dict) and data.get("table")
+    return data if ok else None
+
+
+def _learn_model_info(seed: Path, home: Path) -> None:
+    """Add the models a test's fugu runs looked up in litellm's table to the seed (the same table only)."""
+    found = _read_model_info(home / MODEL_INFO)
+    if found is None:
+        return
+    known = _read_model_info(seed)
+    if known is not None and known["table"] == found["table"]:
+        if found["models"].keys() <= known["models"].keys():
+            return
+        found["models"] = known["models"] | found["models"]
+    tmp = seed.with_suffix(".tmp")
+    tmp.write_text(json.dumps(found), encoding="utf-8")
+    tmp.replace(seed)
+
+
 @pytest.fixture(autouse=True)
-def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+def _isolated_env(
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    _model_info_seed: Path,
+) -> Iterator[Path]:
+    """A fresh FUGU_HOME, holding only what earlier tests' fugu runs learnt from litellm's model table
+    (`cache/models.json`), as a user's home does after a first run: without it every `fugu` the tests start
+    imports litellm (3-6 s) to look up the window of a model it has not met. A test marked `cold_home`
+    starts from an empty home, as on a first run."""
     home = tmp_path_factory.mktemp("fugu-home")
+    seeded = not request.node.get_closest_marker("cold_home")
+    if seeded and _model_info_seed.is_file():
+        (home / MODEL_INFO).parent.mkdir(parents=True)
+        (home / MODEL_INFO).write_bytes(_model_info_seed.read_bytes())
     monkeypatch.setenv("FUGU_HOME", str(home))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -28,7 +77,8 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     for name in list(os.environ):
         if name.endswith(_KEY_SUFFIXES) or (name.startswith("FUGU_") and name != "FUGU_HOME"):
             monkeypatch.delenv(name, raising=False)
-    return home
+    yield home
+    _learn_model_info(_model_info_seed, home)
 
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
