@@ -95,9 +95,60 @@ def _signal_handlers() -> None:
             signal.signal(sig, handler)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (tools/test runs it with --dist loadgroup) the tests that use the one local Ray
-    instance share a worker, which starts the instance once."""
+DURATIONS = "fugu/durations"  # in pytest's cache: each test's last measured seconds (setup, call, teardown)
+# Files whose tests each take tens of seconds (CPU-bound: torch and transformers imports, training, Ray), run
+# first where the cache has no figures yet (a fresh clone), so that no worker starts one last.
+HEAVY = (
+    "tests/e2e/test_eval_cli.py",
+    "tests/e2e/test_router_cli.py",
+    "tests/conductor/test_conductor_eval.py",
+    "tests/conductor/test_train_cli.py",
+    "tests/conductor/test_learning.py",
+    "tests/conductor/test_trained_conductor.py",
+    "tests/router/test_train.py",
+    "tests/router/test_lambda.py",
+    "tests/acp/test_acp.py",
+    "tests/action/test_action.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The slowest files first, each file's tests together and in their order (tools/test runs pytest-xdist
+    with --dist loadgroup, which hands tests out in this order as workers free up: a long test handed out
+    last would hold the run up alone). Slowest: HEAVY's files the cache has no times for, then by the times
+    the last runs measured (pytest's cache). Not with --lf, --ff or --nf, which choose an order themselves.
+    The tests that use the one local Ray instance share a worker, which starts the instance once."""
     for item in items:
         if "ray_instance" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("ray"))
+    cache = getattr(config, "cache", None)
+    if cache is None or any(config.getoption(o, False) for o in ("lf", "failedfirst", "newfirst")):
+        return
+    known: dict[str, float] = cache.get(DURATIONS, {})
+    files: dict[str, float] = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if item.nodeid in known:
+            files[path] = files.get(path, 0.0) + float(known[item.nodeid])
+    first = {path: len(HEAVY) - i for i, path in enumerate(HEAVY) if path not in files}
+
+    def slowest_first(item: pytest.Item) -> tuple[int, float]:
+        path = item.nodeid.split("::", 1)[0]
+        return (-first.get(path, 0), -files.get(path, 0.0))
+
+    items.sort(key=slowest_first)
+
+
+_measured: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each test's time (in the process that reports: pytest-xdist's controller, or pytest itself)."""
+    _measured[report.nodeid] = _measured.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    if _measured and config.cache is not None and not hasattr(config, "workerinput"):
+        known = config.cache.get(DURATIONS, {})
+        config.cache.set(DURATIONS, known | {k: round(v, 2) for k, v in _measured.items()})
