@@ -148,7 +148,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    config = session.config
-    if _measured and config.cache is not None and not hasattr(config, "workerinput"):
-        known = config.cache.get(DURATIONS, {})
-        config.cache.set(DURATIONS, known | {k: round(v, 2) for k, v in _measured.items()})
+    cache = getattr(session.config, "cache", None)  # none with -p no:cacheprovider
+    if _measured and cache is not None and not hasattr(session.config, "workerinput"):
+        known = cache.get(DURATIONS, {})
+        cache.set(DURATIONS, known | {k: round(v, 2) for k, v in _measured.items()})
