@@ -26,8 +26,10 @@ MODEL_INFO = Path("cache") / "models.json"  # under FUGU_HOME: litellm's answers
 
 @pytest.fixture(scope="session")
 def _model_info_seed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """This worker's collection of what fugu runs learnt from litellm's model table (windows, tokenizers)."""
-    return tmp_path_factory.mktemp("model-info") / "models.json"
+    """What this run's fugu runs learnt from litellm's model table (windows, tokenizers), one file for all
+    of pytest-xdist's workers (their temporary folders share a parent)."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "model-info.json"
 
 
 def _read_model_info(path: Path) -> dict[str, Any] | None:
@@ -49,7 +51,7 @@ def _learn_model_info(seed: Path, home: Path) -> None:
         if found["models"].keys() <= known["models"].keys():
             return
         found["models"] = known["models"] | found["models"]
-    tmp = seed.with_suffix(".tmp")
+    tmp = seed.with_suffix(f".{os.getpid()}.tmp")  # workers may write at once: the last one's stays
     tmp.write_text(json.dumps(found), encoding="utf-8")
     tmp.replace(seed)
 
