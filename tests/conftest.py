@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,9 +21,57 @@ __all__ = ["loopback", "loopback_factory", "pages", "ray_instance", "serve"]
 _KEY_SUFFIXES = ("_API_KEY", "_API_TOKEN")
 
 
+MODEL_INFO = Path("cache") / "models.json"  # under FUGU_HOME: litellm's answers about models (app.py)
+
+
+@pytest.fixture(scope="session")
+def _model_info_seed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What this run's fugu runs learnt from litellm's model table (windows, tokenizers), one file for all
+    of pytest-xdist's workers (their temporary folders share a parent)."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "model-info.json"
+
+
+def _read_model_info(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(data, dict) and isinstance(data.get("models"), dict) and data.get("table")
+    return data if ok else None
+
+
+def _learn_model_info(seed: Path, home: Path) -> None:
+    """Add the models a test's fugu runs looked up in litellm's table to the seed (the same table only)."""
+    found = _read_model_info(home / MODEL_INFO)
+    if found is None:
+        return
+    known = _read_model_info(seed)
+    if known is not None and known["table"] == found["table"]:
+        if found["models"].keys() <= known["models"].keys():
+            return
+        found["models"] = known["models"] | found["models"]
+    tmp = seed.with_suffix(f".{os.getpid()}.tmp")  # workers may write at once: the last one's stays
+    tmp.write_text(json.dumps(found), encoding="utf-8")
+    tmp.replace(seed)
+
+
 @pytest.fixture(autouse=True)
-def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+def _isolated_env(
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    _model_info_seed: Path,
+) -> Iterator[Path]:
+    """A fresh FUGU_HOME, holding only what earlier tests' fugu runs learnt from litellm's model table
+    (`cache/models.json`), as a user's home does after a first run: without it every `fugu` the tests start
+    imports litellm (3-6 s) to look up the window of a model it has not met. A test marked `cold_home`
+    starts from an empty home, as on a first run."""
     home = tmp_path_factory.mktemp("fugu-home")
+    seeded = not request.node.get_closest_marker("cold_home")
+    if seeded and _model_info_seed.is_file():
+        (home / MODEL_INFO).parent.mkdir(parents=True)
+        (home / MODEL_INFO).write_bytes(_model_info_seed.read_bytes())
     monkeypatch.setenv("FUGU_HOME", str(home))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -28,7 +79,8 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     for name in list(os.environ):
         if name.endswith(_KEY_SUFFIXES) or (name.startswith("FUGU_") and name != "FUGU_HOME"):
             monkeypatch.delenv(name, raising=False)
-    return home
+    yield home
+    _learn_model_info(_model_info_seed, home)
 
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -45,9 +97,60 @@ def _signal_handlers() -> None:
             signal.signal(sig, handler)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (tools/test runs it with --dist loadgroup) the tests that use the one local Ray
-    instance share a worker, which starts the instance once."""
+DURATIONS = "fugu/durations"  # in pytest's cache: each test's last measured seconds (setup, call, teardown)
+# Files whose tests each take tens of seconds (CPU-bound: torch and transformers imports, training, Ray), run
+# first where the cache has no figures yet (a fresh clone), so that no worker starts one last.
+HEAVY = (
+    "tests/e2e/test_eval_cli.py",
+    "tests/e2e/test_router_cli.py",
+    "tests/conductor/test_conductor_eval.py",
+    "tests/conductor/test_train_cli.py",
+    "tests/conductor/test_learning.py",
+    "tests/conductor/test_trained_conductor.py",
+    "tests/router/test_train.py",
+    "tests/router/test_lambda.py",
+    "tests/acp/test_acp.py",
+    "tests/action/test_action.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The slowest files first, each file's tests together and in their order (tools/test runs pytest-xdist
+    with --dist loadgroup, which hands tests out in this order as workers free up: a long test handed out
+    last would hold the run up alone). Slowest: HEAVY's files the cache has no times for, then by the times
+    the last runs measured (pytest's cache). Not with --lf, --ff or --nf, which choose an order themselves.
+    The tests that use the one local Ray instance share a worker, which starts the instance once."""
     for item in items:
         if "ray_instance" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("ray"))
+    cache = getattr(config, "cache", None)
+    if cache is None or any(config.getoption(o, False) for o in ("lf", "failedfirst", "newfirst")):
+        return
+    known: dict[str, float] = cache.get(DURATIONS, {})
+    files: dict[str, float] = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if item.nodeid in known:
+            files[path] = files.get(path, 0.0) + float(known[item.nodeid])
+    first = {path: len(HEAVY) - i for i, path in enumerate(HEAVY) if path not in files}
+
+    def slowest_first(item: pytest.Item) -> tuple[int, float]:
+        path = item.nodeid.split("::", 1)[0]
+        return (-first.get(path, 0), -files.get(path, 0.0))
+
+    items.sort(key=slowest_first)
+
+
+_measured: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each test's time (in the process that reports: pytest-xdist's controller, or pytest itself)."""
+    _measured[report.nodeid] = _measured.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    cache = getattr(session.config, "cache", None)  # none with -p no:cacheprovider
+    if _measured and cache is not None and not hasattr(session.config, "workerinput"):
+        known = cache.get(DURATIONS, {})
+        cache.set(DURATIONS, known | {k: round(v, 2) for k, v in _measured.items()})

@@ -5,8 +5,11 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.helpers import call, fugu, make_repo, tool_reply, write_pool
 from tests.loopback import LoopbackServer
@@ -114,7 +117,10 @@ def test_a_worker_too_small_for_the_transcript_is_masked_and_the_route_says_why(
     assert len(loopback.requests_for("small")) == 1
 
 
+@pytest.mark.cold_home  # a first run: the window comes from litellm's table itself, and is kept for the next
 def test_fugu_pool_shows_each_workers_window_reserve_and_tokenizer(tmp_path: Path) -> None:
+    kept = Path(os.environ["FUGU_HOME"]) / "cache" / "models.json"
+    assert not kept.exists()
     pool = write_pool(
         tmp_path / "pool.toml",
         [
@@ -133,5 +139,7 @@ def test_fugu_pool_shows_each_workers_window_reserve_and_tokenizer(tmp_path: Pat
     assert rows["local"]["window_source"] == "pool"
     assert (rows["claude"]["context_window"], rows["claude"]["window_source"]) == (200_000, "litellm")
     assert rows["claude"]["tokenizer"].startswith("tiktoken:")
+    learnt = json.loads(kept.read_text())["models"]["anthropic/claude-sonnet-4-5-20250929"]
+    assert learnt["max_input_tokens"] == 200_000 and learnt["tokenizer"] == rows["claude"]["tokenizer"]
     text = fugu("pool", "--pool", str(pool), cwd=tmp_path).stdout
     assert "8k ctx, 2k out (pool)" in text and "200k ctx, 8k out (litellm)" in text
