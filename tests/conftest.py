@@ -84,6 +84,12 @@ def _isolated_env(
 
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# A suite started in the background by a shell without job control (`tools/test &`, `nohup ... &`, some CI
+# runners) inherits SIGINT ignored, and an ignored signal stays ignored across exec: every fugu the tests
+# start would then shrug off the Ctrl-C a test sends it (exit 0, not 130). The tests stand for a user at a
+# terminal, where Ctrl-C is delivered: give this process (and so its children) Python's SIGINT handler back.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 _PRISTINE = {sig: signal.getsignal(sig) for sig in _SIGNALS}
 
 
