@@ -172,14 +172,7 @@ def sft(
     if cfg.sft_steps <= 0 or not prompts:
         return
     from datasets import Dataset
-    from transformers import TrainerCallback
     from trl import SFTConfig, SFTTrainer  # type: ignore[attr-defined]
-
-    class Progress(TrainerCallback):  # type: ignore[misc]
-        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **_: Any) -> None:
-            if on_step is not None and logs and "loss" in logs:
-                figures = {k: float(v) for k, v in logs.items() if isinstance(v, int | float)}
-                on_step(int(state.global_step), int(state.max_steps), figures)
 
     data = Dataset.from_dict({"prompt": list(prompts), "completion": list(completions)})
     with tempfile.TemporaryDirectory(prefix="fugu-sft-") as tmp:
@@ -198,12 +191,25 @@ def sft(
             train_dataset=data,
             processing_class=policy.tokenizer,
             peft_config=_lora(cfg),
-            callbacks=[Progress()],
+            callbacks=[_progress(on_step, "loss")],
         )
         _quiet(trainer)
         trainer.train()
         policy.model = _merged(trainer.model)
     policy.model.eval()
+
+
+def _progress(on_step: StepLog | None, key: str) -> Any:
+    """A trainer callback handing each logged step that has `key` (SFT: loss, GRPO: reward) to `on_step`."""
+    from transformers import TrainerCallback
+
+    class Progress(TrainerCallback):  # type: ignore[misc]
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **_: Any) -> None:
+            if on_step is not None and logs and key in logs:
+                figures = {k: float(v) for k, v in logs.items() if isinstance(v, int | float)}
+                on_step(int(state.global_step), int(state.max_steps), figures)
+
+    return Progress()
 
 
 def _quiet(trainer: Any) -> None:
@@ -223,19 +229,12 @@ def grpo(
 ) -> None:
     """GRPO on `prompts` (TRL's GRPOTrainer): `reward(completions, item ids)` scores each group."""
     from datasets import Dataset
-    from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer  # type: ignore[attr-defined]
 
     data = Dataset.from_dict({"prompt": list(prompts), "item": list(range(len(prompts)))})
 
     def reward_func(completions: list[str], item: list[int], **_: Any) -> list[float]:
         return reward(list(completions), [int(i) for i in item])
-
-    class Progress(TrainerCallback):  # type: ignore[misc]
-        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **_: Any) -> None:
-            if on_step is not None and logs and "reward" in logs:
-                figures = {k: float(v) for k, v in logs.items() if isinstance(v, int | float)}
-                on_step(int(state.global_step), int(state.max_steps), figures)
 
     with tempfile.TemporaryDirectory(prefix="fugu-grpo-") as tmp:
         args = GRPOConfig(
@@ -257,7 +256,7 @@ def grpo(
             train_dataset=data,
             processing_class=policy.tokenizer,
             peft_config=_lora(cfg),
-            callbacks=[Progress()],
+            callbacks=[_progress(on_step, "reward")],
         )
         _quiet(trainer)
         trainer.train()

@@ -124,7 +124,7 @@ def train(
             [prompt_of(i, about, allow_conductor=allow) for i in warm],
             plans,
             cfg,
-            lambda k, of, figures: log(_warm_line(k, of, figures, time.monotonic() - warm_started, losses)),
+            lambda k, of, figures: log(_warm_line(k, of, losses, figures, time.monotonic() - warm_started)),
         )
     needed = cfg.steps * cfg.prompts_per_step
     rows = [t for _ in range(math.ceil(needed / data.n)) for t in range(data.n)]
@@ -174,8 +174,9 @@ def train(
     return meta
 
 
-def _warm_line(k: int, of: int, figures: dict[str, float], elapsed: float, losses: list[float]) -> str:
-    """`warm start step 3/40 · loss 2.41 · 95 s, about 1170 s left` (and the loss kept for the metadata)."""
+def _warm_line(k: int, of: int, losses: list[float], figures: dict[str, float], elapsed: float) -> str:
+    """Record the step's loss in `losses` (for the metadata) and say the step:
+    `warm start step 3/40 · loss 2.41 · 95 s, about 1170 s left`."""
     losses.append(round(figures.get("loss", float("nan")), 4))
     left = elapsed / max(k, 1) * (of - k)
     return f"warm start step {k}/{of} · loss {losses[-1]:.3f} · {elapsed:.0f} s, about {left:.0f} s left"
