@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import signal
 import threading
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -250,8 +252,10 @@ class Repl:
         renderer = self.renderer
         self.approvals.cancelled.clear()
         turn = TurnThread(session, task, renderer.on_event, overrides, images)
+        pressed = threading.Event()
         try:
-            result = turn.run(self._waiter(turn.cancel))
+            with _sigint_sets(pressed):
+                result = turn.run(self._waiter(turn.cancel, pressed))
         except FuguError as e:
             self._say(f"{e}", "red")
         except Exception as e:  # a bug: the traceback goes to the log, one line to the screen
@@ -267,8 +271,13 @@ class Repl:
             renderer.pause()
             self._turns += 1
 
-    def _waiter(self, cancel: threading.Event) -> Callable[[float], None]:
-        """While the turn runs: serve approval questions; Ctrl-C cancels the step (the session stays)."""
+    def _waiter(self, cancel: threading.Event, pressed: threading.Event) -> Callable[[float], None]:
+        """While the turn runs: serve approval questions; Ctrl-C cancels the step (the session stays).
+
+        Ctrl-C while the main thread waits only sets `pressed` (see `_sigint_sets`): a KeyboardInterrupt
+        raised inside the question queue's wait could land between its lock's acquire and release and leave
+        the lock held, hanging the REPL after the cut turn. In an approval question the terminal is raw and
+        prompt_toolkit raises KeyboardInterrupt for the key itself, out of any lock."""
 
         def wait(seconds: float) -> None:
             question: approve.Question | None = None
@@ -279,11 +288,12 @@ class Repl:
             except KeyboardInterrupt:
                 if question is not None:
                     question.reply("no")
-                if not cancel.is_set():
-                    cancel.set()
-                    self.approvals.cancelled.set()
-                    self._pause()
-                    self._say("⏹ interrupting the step…", "yellow")
+                pressed.set()
+            if pressed.is_set() and not cancel.is_set():
+                cancel.set()
+                self.approvals.cancelled.set()
+                self._pause()
+                self._say("⏹ interrupting the step…", "yellow")
 
         return wait
 
@@ -406,3 +416,17 @@ class Repl:
 def main(opts: RunOptions) -> int:
     """Run the REPL until /exit, Ctrl-D or Ctrl-C twice at an empty prompt; return the exit code."""
     return Repl(opts).run()
+
+
+@contextmanager
+def _sigint_sets(pressed: threading.Event) -> Iterator[None]:
+    """While a turn runs, SIGINT sets `pressed` instead of raising KeyboardInterrupt wherever the main thread
+    happens to be; the REPL's own handler comes back after the turn."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, lambda _signum, _frame: pressed.set())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
