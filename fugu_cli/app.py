@@ -505,7 +505,7 @@ def make_tokens(config: Config) -> TokenCounter:
     from fugu_cli.llm.client import load_litellm
     from fugu_cli.llm.tokens import LiteLLMTokens
 
-    return LiteLLMTokens(load_litellm, config.context.output_reserve, fugu_home() / "cache" / "models.json")
+    return LiteLLMTokens(load_litellm, config.context.output_reserve, model_info_path())
 
 
 def context_policy(config: Config, tokens: TokenCounter) -> ContextPolicy:
@@ -555,8 +555,17 @@ def client_config(config: Config) -> ClientConfig:
 
     s = config.llm
     return ClientConfig(
-        timeout_s=s.timeout_s, stream=s.stream, direct=s.direct, first_byte_timeout_s=s.first_byte_timeout_s
+        timeout_s=s.timeout_s,
+        stream=s.stream,
+        direct=s.direct,
+        first_byte_timeout_s=s.first_byte_timeout_s,
+        model_info=model_info_path(),
     )
+
+
+def model_info_path() -> Path:
+    """Where litellm's answers about models (windows, tokenizers, whether it prices them) are kept."""
+    return fugu_home() / "cache" / "models.json"
 
 
 def build_conductor(

@@ -14,6 +14,7 @@ import functools
 import logging
 import os
 import threading
+from pathlib import Path
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,8 @@ class ClientConfig:
     # A worker that takes the request and stays silent this long fails at once (no retry), so the step
     # fails over to another worker instead of waiting out `timeout_s`.
     first_byte_timeout_s: float = 30.0
+    # where litellm's answers about models are kept between runs (modelinfo.py); None: asked every run
+    model_info: Path | None = None
 
 
 @functools.cache
@@ -54,6 +57,14 @@ def load_litellm() -> Any:
     litellm.suppress_debug_info = True
     litellm.drop_params = True
     return litellm
+
+
+def price_book(config: ClientConfig) -> PriceBook:
+    """Prices from litellm's table, with its answers kept where `config.model_info` says."""
+    from fugu_cli.llm.modelinfo import ModelInfo
+
+    info = ModelInfo(load_litellm, config.model_info) if config.model_info is not None else None
+    return PriceBook(load_litellm, info)
 
 
 _preloading = threading.Lock()
@@ -71,7 +82,7 @@ class LiteLLMClient:
 
     def __init__(self, config: ClientConfig | None = None) -> None:
         self.config = config or ClientConfig()
-        self.prices = PriceBook(load_litellm)
+        self.prices = price_book(self.config)
         self.direct = DirectClient(self.config.timeout_s)
         self.wire = WireCache()
 

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from fugu_cli.errors import Interrupted, ProviderError, RequestRejected
 from fugu_cli.llm.attempt import Signals, watched
-from fugu_cli.llm.client import ClientConfig, endpoint, load_litellm
+from fugu_cli.llm.client import ClientConfig, endpoint, load_litellm, price_book
 from fugu_cli.llm.direct import DirectClient, is_openai_compatible
 from fugu_cli.llm.faults import attempt_error
 from fugu_cli.llm.parse import MalformedReply, usage_from
@@ -101,7 +101,7 @@ class Forwarder:
 
     def __init__(self, config: ClientConfig | None = None) -> None:
         self.config = config or ClientConfig()
-        self.prices = PriceBook(load_litellm)
+        self.prices = price_book(self.config)
         self.direct = DirectClient(self.config.timeout_s)
 
     def warm(self) -> None:

@@ -1,6 +1,6 @@
-"""What litellm says about a model: its window (max input and output tokens, from litellm's table) and the
-tokenizer litellm counts its tokens with, remembered on disk per version of that table, so fugu imports
-litellm (seconds) only the first time it meets a model. A tiktoken tokenizer is then loaded without litellm,
+"""What litellm says about a model: its window (max input and output tokens, from litellm's table), the
+tokenizer litellm counts its tokens with and whether its table prices the model, remembered on disk per
+version of that table, so fugu imports litellm (seconds) only the first time it meets a model. A tiktoken tokenizer is then loaded without litellm,
 from the encodings litellm ships (`tiktoken_counter`): the only module that imports tiktoken.
 
 The answers are litellm's own (`get_model_info`, `select_tokenizer`), asked once per model and table; the
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 TABLE_FILE = "model_prices_and_context_window_backup.json"
-FIELDS = ("max_input_tokens", "max_output_tokens", "tokenizer", "supports_vision")
+FIELDS = ("max_input_tokens", "max_output_tokens", "tokenizer", "supports_vision", "priced")
 Counter = Callable[[str], int]
 
 
@@ -109,8 +109,9 @@ def _encoding_args(tiktoken: Any, name: str, cache_dir: Path | None) -> dict[str
 
 class ModelInfo:
     """`get(model)`: litellm's max_input_tokens and max_output_tokens for `model` (each None when unknown),
-    whether it `supports_vision` and its `tokenizer` family, from the file at `path` when it was asked before
-    with the same table, else from litellm."""
+    whether it `supports_vision`, its `tokenizer` family and whether litellm can price it (`priced`:
+    its `cost_per_token` answers), from the file at `path` when it was asked before with the same table,
+    else from litellm."""
 
     def __init__(self, litellm: Callable[[], Any], path: Path | None) -> None:
         self._litellm = litellm
@@ -131,6 +132,12 @@ class ModelInfo:
             self._save(known)
         return found
 
+    def cached(self, model: str) -> Mapping[str, Any] | None:
+        """What is kept about `model`, without asking litellm (None when nothing complete is kept)."""
+        with self._lock:
+            found = self._load().get(model)
+        return found if found is not None and all(k in found for k in FIELDS) else None
+
     def _ask(self, model: str) -> dict[str, Any]:
         litellm = self._litellm()
         try:
@@ -139,6 +146,7 @@ class ModelInfo:
             info = {}
         out: dict[str, Any] = {k: _int(info.get(k)) for k in ("max_input_tokens", "max_output_tokens")}
         out["supports_vision"] = bool(info.get("supports_vision"))
+        out["priced"] = _priced(litellm, model)
         return out | {"tokenizer": litellm_tokenizer(litellm, model)[0]}
 
     def _load(self) -> dict[str, dict[str, Any]]:
@@ -158,8 +166,20 @@ class ModelInfo:
         return self._known
 
     def _save(self, known: dict[str, dict[str, Any]]) -> None:
+        """Writes `known` over the file, keeping the models others (another instance, another run) added."""
         if self._path is None or self._version is None:
             return
+        try:
+            data = json.loads(self._path.read_text(encoding="utf-8"))
+            theirs = (
+                data.get("models") if isinstance(data, dict) and data.get("table") == self._version else None
+            )
+            if isinstance(theirs, dict):
+                known.update(
+                    {str(k): dict(v) for k, v in theirs.items() if isinstance(v, dict) and k not in known}
+                )
+        except (OSError, ValueError):
+            pass
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self._path.with_suffix(f".{os.getpid()}.tmp")
@@ -167,6 +187,15 @@ class ModelInfo:
             tmp.replace(self._path)
         except OSError:
             pass
+
+
+def _priced(litellm: Any, model: str) -> bool:
+    """Whether litellm's `cost_per_token` prices `model` (what PriceBook asks it for each reply)."""
+    try:
+        litellm.cost_per_token(model=model, prompt_tokens=1, completion_tokens=1)
+    except Exception:
+        return False
+    return True
 
 
 def _int(value: Any) -> int | None:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from fugu_cli.llm.modelinfo import ModelInfo
 from fugu_cli.types import Usage, Worker
 
 _warned: set[str] = set()
@@ -57,14 +58,27 @@ def _once(key: str, warning: str) -> str | None:
 
 
 class PriceBook:
-    """Adds `cost_usd` to usage; the first time a model has no known price (per process), also a warning."""
+    """Adds `cost_usd` to usage; the first time a model has no known price (per process), also a warning.
 
-    def __init__(self, litellm: Callable[[], Any]) -> None:
+    With `info` (litellm's answers kept on disk, modelinfo.py), a model litellm's table does not price is
+    known as such without importing litellm (seconds and 150 MiB a run, for every worker a local server runs
+    under a name of its own)."""
+
+    def __init__(self, litellm: Callable[[], Any], info: ModelInfo | None = None) -> None:
         self._litellm = litellm
+        self._info = info
 
     def needs_table(self, worker: Worker) -> bool:
-        """Whether a reply of `worker` is priced from litellm's table (it has no prices of its own)."""
-        return worker.price_in is None and worker.price_out is None
+        """Whether a reply of `worker` is priced from litellm's table (it has no prices of its own, and the
+        table is not known to lack them)."""
+        return worker.price_in is None and worker.price_out is None and not self._unpriced(worker.model)
+
+    def _unpriced(self, model: str) -> bool:
+        """The kept answers say litellm cannot price `model` (False when nothing is kept about it yet)."""
+        if self._info is None:
+            return False
+        found = self._info.cached(model)
+        return found is not None and found.get("priced") is False
 
     def cost(self, worker: Worker, usage: Usage) -> tuple[Usage, str | None]:
         cached_price = None
@@ -88,6 +102,8 @@ class PriceBook:
         return ratio if 0 < ratio <= 1 else 1.0
 
     def _table_cost(self, worker: Worker, usage: Usage) -> tuple[float, str | None]:
+        if self._info is not None and self._info.get(worker.model).get("priced") is False:
+            return 0.0, _once(worker.model, unknown_price_warning(worker))
         try:
             cost_in, cost_out = self._litellm().cost_per_token(
                 model=worker.model,

@@ -295,7 +295,7 @@ def _turn(
 
     overrides = Overrides(prompted.worker, tuple(prompted.allow)) if prompted is not None else None
     turn = TurnThread(session, text, render.on_event, overrides, images)
-    stopper.attach(turn.cancel)
+    stopper.attach(turn.cancel, turn.done)
     try:
         return turn.run(wait=stopper.wait)
     except GaveUp:

@@ -30,13 +30,15 @@ class Stopper:
     def __init__(self) -> None:
         self.code: int | None = None
         self._cancel: threading.Event | None = None
+        self._done: threading.Event | None = None
         self._forced_at: float | None = None
         self._lock = threading.Lock()
 
-    def attach(self, cancel: threading.Event) -> None:
-        """The cancel flag of the turn now running."""
+    def attach(self, cancel: threading.Event, done: threading.Event | None = None) -> None:
+        """The cancel flag of the turn now running (and the flag it sets when it ends, so `wait` wakes then)."""
         with self._lock:
             self._cancel = cancel
+            self._done = done
         if self.code is not None:
             cancel.set()
 
@@ -74,8 +76,13 @@ class Stopper:
         kill_commands()
 
     def wait(self, seconds: float) -> None:
-        """TurnThread's wait: sleep, and give up on a turn that outlives a forced stop by GRACE_S."""
-        time.sleep(seconds)
+        """TurnThread's wait: until the turn ends or `seconds` pass; gives up on a turn that outlives a forced
+        stop by GRACE_S."""
+        done = self._done
+        if done is None:
+            time.sleep(seconds)
+        else:
+            done.wait(seconds)
         if self._forced_at is not None and time.monotonic() - self._forced_at > GRACE_S:
             raise GaveUp
 

@@ -25,6 +25,7 @@ class TurnThread:
         images: Sequence[Image] = (),
     ) -> None:
         self.cancel = threading.Event()
+        self.done = threading.Event()  # set when the turn has returned or raised
         self._result: TurnResult | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(
@@ -38,6 +39,8 @@ class TurnThread:
             self._result = session.run_turn(task, emit, self.cancel, overrides=overrides, images=images)
         except BaseException as e:
             self._error = e
+        finally:
+            self.done.set()
 
     def run(self, wait: Callable[[float], None] | None = None) -> TurnResult:
         """Start the turn and wait for it. `wait(seconds)` is called while it runs (the REPL serves approval
