@@ -14,9 +14,9 @@ import functools
 import logging
 import os
 import threading
-from pathlib import Path
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fugu_cli.errors import Interrupted, ProviderError

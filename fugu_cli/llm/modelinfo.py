@@ -1,7 +1,8 @@
 """What litellm says about a model: its window (max input and output tokens, from litellm's table), the
 tokenizer litellm counts its tokens with and whether its table prices the model, remembered on disk per
-version of that table, so fugu imports litellm (seconds) only the first time it meets a model. A tiktoken tokenizer is then loaded without litellm,
-from the encodings litellm ships (`tiktoken_counter`): the only module that imports tiktoken.
+version of that table, so fugu imports litellm (seconds) only the first time it meets a model. A tiktoken
+tokenizer is then loaded without litellm, from the encodings litellm ships (`tiktoken_counter`): the only
+module that imports tiktoken.
 
 The answers are litellm's own (`get_model_info`, `select_tokenizer`), asked once per model and table; the
 table is identified by its file's size and modification time, found without importing litellm. Never prints;

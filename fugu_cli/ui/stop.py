@@ -35,7 +35,7 @@ class Stopper:
         self._lock = threading.Lock()
 
     def attach(self, cancel: threading.Event, done: threading.Event | None = None) -> None:
-        """The cancel flag of the turn now running (and the flag it sets when it ends, so `wait` wakes then)."""
+        """The cancel flag of the turn now running, and the flag it sets when it ends (`wait` wakes then)."""
         with self._lock:
             self._cancel = cancel
             self._done = done

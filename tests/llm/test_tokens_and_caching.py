@@ -4,6 +4,8 @@ through litellm's own code against the loopback provider."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -161,3 +163,32 @@ def test_a_reply_without_token_counts_is_said_once_per_worker(loopback: Loopback
     loopback.script("test-model", [{"content": "hi", "usage": {"prompt_tokens": 0, "completion_tokens": 0}}])
     done = LiteLLMClient(FAST).complete(zero, TASK, [])
     assert done.usage.cost_usd == 0 and any("no-usage-d reported no token counts" in w for w in done.warnings)
+
+
+def test_a_model_litellm_cannot_price_is_known_as_such_next_run_without_litellm(tmp_path: Path) -> None:
+    """A local worker under a name of its own and no prices: the first run learns from litellm's table that
+    it has no price (the warning, $0); the next run knows it from the kept answers and never imports
+    litellm. A priced model keeps litellm's price, and a run that has not met a model asks litellm."""
+    from fugu_cli.llm.modelinfo import ModelInfo
+    from fugu_cli.llm.pricing import PriceBook, unknown_price_warning
+    from fugu_cli.types import Usage
+
+    kept = tmp_path / "models.json"
+    local = Worker("local-a", "openai/my-own-local-model")
+    claude = Worker("c", "anthropic/claude-sonnet-4-5-20250929")
+    first = PriceBook(load_litellm, ModelInfo(load_litellm, kept))
+    assert first.needs_table(local)  # nothing kept yet: litellm's table is asked
+    cost, warning = first.cost(local, Usage(prompt_tokens=100, completion_tokens=10))
+    assert cost.cost_usd == 0 and warning == unknown_price_warning(local)
+    priced, none = first.cost(claude, Usage(prompt_tokens=1_000_000))
+    assert priced.cost_usd == pytest.approx(3.0) and none is None
+
+    def never() -> Any:
+        raise AssertionError("litellm was imported")
+
+    again = PriceBook(never, ModelInfo(never, kept))
+    assert not again.needs_table(local) and again.needs_table(claude)
+    cost, _ = again.cost(local, Usage(prompt_tokens=100, completion_tokens=10))
+    assert cost.cost_usd == 0
+    with pytest.raises(AssertionError, match="litellm was imported"):
+        again.cost(Worker("n", "openai/never-met"), Usage(prompt_tokens=1))
