@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,28 @@ def _model_info_seed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     of pytest-xdist's workers (their temporary folders share a parent)."""
     base = tmp_path_factory.getbasetemp()
     return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "model-info.json"
+
+
+# the models the tests name literally ("openai/solo", "anthropic/claude-..."): their answers are asked once,
+# before the tests, instead of by the first fugu run of each early test (7-8 s of CPU each, on 2 cores)
+_MODEL_NAME = re.compile(r"[\"'](?:openai|anthropic|gemini|ollama|ollama_chat)/[A-Za-z0-9_.:\-]+[\"']")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """In the run's one controlling process (not in a pytest-xdist worker): the seed of litellm's answers,
+    for every model a test file names, asked of litellm once (modelinfo.py, as fugu asks it)."""
+    config = session.config
+    factory = getattr(config, "_tmp_path_factory", None)
+    if hasattr(config, "workerinput") or factory is None:
+        return
+    from fugu_cli.llm.client import load_litellm
+    from fugu_cli.llm.modelinfo import ModelInfo
+
+    here = Path(__file__).parent
+    names = sorted({m[1:-1] for f in here.rglob("*.py") for m in _MODEL_NAME.findall(f.read_text("utf-8"))})
+    info = ModelInfo(load_litellm, factory.getbasetemp() / "model-info.json")
+    for name in names:
+        info.get(name)
 
 
 def _read_model_info(path: Path) -> dict[str, Any] | None:
