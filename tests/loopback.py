@@ -42,6 +42,7 @@ class RecordedRequest:
     status: int | None = None
     reply: dict[str, Any] = field(default_factory=dict)
     key_tail: str | None = None
+    client_port: int | None = None  # the client's end of the connection the request came on
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -267,6 +268,7 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {k.lower(): v for k, v in self.headers.items() if k.lower() not in HIDDEN_HEADERS}
         model = body.get("model") if isinstance(body, dict) else None
         rec = RecordedRequest(self.command, self.path, model, body, headers, time.monotonic())
+        rec.client_port = int(self.client_address[1])
         secret = self.headers.get("x-api-key") or self.headers.get("authorization")
         rec.key_tail = secret[-4:] if secret else None
         self.loopback.record(rec)

@@ -124,14 +124,21 @@ def _post(worker: Worker, request: Mapping[str, Any]) -> dict[str, Any]:
     return {"url": f"{base}/chat/completions", "content": json.dumps(body), "headers": headers}
 
 
+# after `[DONE]`, what a stream may still send before its end (blank lines, the chunked terminator) is read,
+# so its connection goes back to the pool for the next call; a server that goes on past this is cut
+_AFTER_DONE_LINES = 16
+
+
 def _chunks(response: Any) -> Iterator[dict[str, Any]]:
     try:
         with _faults():
-            for line in response.iter_lines():
+            lines = response.iter_lines()
+            for line in lines:
                 if not line.startswith("data:"):
                     continue
                 payload = line[5:].strip()
                 if payload == "[DONE]":
+                    _drain(response, lines)
                     return
                 data = json.loads(payload)
                 if isinstance(data, dict) and "error" in data and "choices" not in data:
@@ -139,6 +146,24 @@ def _chunks(response: Any) -> Iterator[dict[str, Any]]:
                 yield data
     finally:
         response.close()
+
+
+def _drain(response: Any, lines: Iterator[str]) -> None:
+    """Reads a finished stream to its end, so its connection can serve the next call (closing a response
+    before its end closes the connection: every call then paid for a new one, a TCP and, to a hosted worker,
+    a TLS handshake). As the openai SDK does, only where HTTP/1.1 says where the body ends (chunked or a
+    length): a body that ends when the connection closes leaves nothing to reuse. A few lines at most; a
+    reply that is complete stays complete whatever the rest does (a server holding its response open after
+    `[DONE]` is waited for up to the read timeout)."""
+    headers = response.headers
+    delimited = "chunked" in headers.get("transfer-encoding", "") or "content-length" in headers
+    if response.http_version != "HTTP/1.1" or not delimited:
+        return
+    try:
+        for _ in zip(range(_AFTER_DONE_LINES), lines, strict=False):
+            pass
+    except Exception:  # the reply is complete: what comes after it cannot fail it
+        pass
 
 
 def _whole_as_chunk(response: Any) -> Iterator[dict[str, Any]]:

@@ -84,3 +84,20 @@ def test_a_refusal_is_not_retried_and_names_the_parameter(loopback: LoopbackServ
     with pytest.raises(RequestRejected):
         through_calls(worker, lambda w: Forwarder(FAST).complete(w, params), RETRY)
     assert len(loopback.requests_for(worker.model)) == 1
+
+
+def test_streams_to_a_keep_alive_worker_share_one_connection() -> None:
+    """A finished stream is read to its end, so its connection serves the next call (closing it after
+    `[DONE]` made every call open a new one: a TCP, and with hosted workers a TLS, handshake per step)."""
+    with LoopbackServer(keep_alive_streams=True) as server:
+        worker = _workers(server)[0]
+        server.script(worker.model, ["one", "two", "three"])
+        forwarder = Forwarder(FAST)
+        params = {"messages": [{"role": "user", "content": "hi"}]}
+        whole = forwarder.complete(worker, params)
+        streamed = list(forwarder.stream(worker, params))
+        again = forwarder.complete(worker, params)
+        ports = [r.client_port for r in server.requests_for(worker.model)]
+    assert whole.body["choices"][0]["message"]["content"] == "one" and streamed
+    assert again.body["choices"][0]["message"]["content"] == "three"
+    assert len(ports) == 3 and len(set(ports)) == 1, ports
