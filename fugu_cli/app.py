@@ -45,6 +45,7 @@ from fugu_cli.types import FallBack, Message, PermissionMode, TurnResult, Worker
 if TYPE_CHECKING:
     from fugu_cli.conductor import Conductor
     from fugu_cli.llm.client import ClientConfig
+    from fugu_cli.llm.modelinfo import ModelInfo
     from fugu_cli.router.backbone import Backbone
     from fugu_cli.tools.registry import ToolRegistry
 
@@ -226,7 +227,7 @@ def resolve(opts: RunOptions, *, saved_pool: Sequence[Worker] = (), router_proce
     config = load_config(opts.cwd, opts.overrides(), trust_project=opts.trust_project)
     pool = usable_pool(config, opts.cwd, saved_pool)
     if (config.cost_weight or 0.0) > 0:
-        pool = with_table_prices(pool)
+        pool = with_table_prices(pool, kept_model_info())
     config = config.model_copy(update={"worker": worker_named(pool, config.worker)})
     register_secret_env(w.api_key_env for w in pool)
     routers, why = router_choice(config, pool)
@@ -564,8 +565,16 @@ def client_config(config: Config) -> ClientConfig:
 
 
 def model_info_path() -> Path:
-    """Where litellm's answers about models (windows, tokenizers, whether it prices them) are kept."""
+    """Where litellm's answers about models (windows, tokenizers, their prices) are kept."""
     return fugu_home() / "cache" / "models.json"
+
+
+def kept_model_info() -> ModelInfo:
+    """litellm's answers about models, kept between runs (litellm is imported for a model met first)."""
+    from fugu_cli.llm.client import load_litellm
+    from fugu_cli.llm.modelinfo import ModelInfo
+
+    return ModelInfo(load_litellm, model_info_path())
 
 
 def build_conductor(

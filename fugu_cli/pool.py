@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from fugu_cli.config import Config, WorkerConfig, explain, read_toml, workers_from_tables
 from fugu_cli.errors import ConfigError, NoWorkerError
+from fugu_cli.llm.modelinfo import ModelInfo
 from fugu_cli.types import Worker
 
 
@@ -201,17 +202,17 @@ def usable_pool(config: Config, cwd: Path, saved: Sequence[Worker] = ()) -> list
     return usable
 
 
-def with_table_prices(pool: Sequence[Worker]) -> list[Worker]:
+def with_table_prices(pool: Sequence[Worker], info: ModelInfo | None = None) -> list[Worker]:
     """Workers without their own prices get litellm's, so the router's cost term (λ) sees every price.
-    Only asked for when λ > 0: it imports litellm."""
+    Only asked for when λ > 0: it imports litellm, unless `info` (litellm's kept answers) has them."""
     from fugu_cli.llm.client import table_cached_price, table_price
 
     out: list[Worker] = []
     for w in pool:
-        found = table_price(w.model) if w.price_in is None and w.price_out is None else None
+        found = table_price(w.model, info) if w.price_in is None and w.price_out is None else None
         if found:
             w = dataclasses.replace(w, price_in=found[0], price_out=found[1])
             if w.price_cached is None:
-                w = dataclasses.replace(w, price_cached=table_cached_price(w.model))
+                w = dataclasses.replace(w, price_cached=table_cached_price(w.model, info))
         out.append(w)
     return out

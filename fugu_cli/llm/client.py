@@ -23,6 +23,7 @@ from fugu_cli.errors import Interrupted, ProviderError
 from fugu_cli.llm.attempt import CallbackFailed, Signals, watched
 from fugu_cli.llm.direct import DirectClient, is_openai_compatible
 from fugu_cli.llm.faults import attempt_error, describe
+from fugu_cli.llm.modelinfo import ModelInfo
 from fugu_cli.llm.parse import MalformedReply, StreamAssembler, completion_from_response
 from fugu_cli.llm.pricing import PriceBook
 from fugu_cli.llm.transcript import WireCache, mark_cache_breakpoints, private_copy
@@ -61,8 +62,6 @@ def load_litellm() -> Any:
 
 def price_book(config: ClientConfig) -> PriceBook:
     """Prices from litellm's table, with its answers kept where `config.model_info` says."""
-    from fugu_cli.llm.modelinfo import ModelInfo
-
     info = ModelInfo(load_litellm, config.model_info) if config.model_info is not None else None
     return PriceBook(load_litellm, info)
 
@@ -242,18 +241,25 @@ def prompt_caching(worker: Worker) -> bool:
     return model.startswith("anthropic/") or ("claude" in model and not worker.api_base)
 
 
-def table_cached_price(model: str) -> float | None:
-    """litellm's price for `model`'s cached input tokens in USD per million, if it knows one."""
+def table_cached_price(model: str, info: ModelInfo | None = None) -> float | None:
+    """litellm's price for `model`'s cached input tokens in USD per million, if it knows one (from `info`,
+    litellm's kept answers, when given: litellm is then imported only for a model met for the first time)."""
+    if info is not None:
+        kept = info.get(model).get("cached_price")
+        return float(kept) if kept is not None else None
     try:
-        info = load_litellm().get_model_info(model)
-        cost = info.get("cache_read_input_token_cost")
+        cost = load_litellm().get_model_info(model).get("cache_read_input_token_cost")
     except Exception:
         return None
     return float(cost) * 1_000_000 if cost is not None else None
 
 
-def table_price(model: str) -> tuple[float, float] | None:
-    """litellm's price for `model` in USD per million input and output tokens, if it knows one."""
+def table_price(model: str, info: ModelInfo | None = None) -> tuple[float, float] | None:
+    """litellm's price for `model` in USD per million input and output tokens, if it knows one (from `info`
+    when given, as `table_cached_price`)."""
+    if info is not None:
+        kept = info.get(model).get("price")
+        return (float(kept[0]), float(kept[1])) if kept else None
     try:
         cost_in, cost_out = load_litellm().cost_per_token(
             model=model, prompt_tokens=1_000_000, completion_tokens=1_000_000

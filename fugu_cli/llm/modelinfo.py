@@ -21,7 +21,15 @@ from pathlib import Path
 from typing import Any
 
 TABLE_FILE = "model_prices_and_context_window_backup.json"
-FIELDS = ("max_input_tokens", "max_output_tokens", "tokenizer", "supports_vision", "priced")
+FIELDS = (
+    "max_input_tokens",
+    "max_output_tokens",
+    "tokenizer",
+    "supports_vision",
+    "priced",
+    "price",
+    "cached_price",
+)
 Counter = Callable[[str], int]
 
 
@@ -110,9 +118,10 @@ def _encoding_args(tiktoken: Any, name: str, cache_dir: Path | None) -> dict[str
 
 class ModelInfo:
     """`get(model)`: litellm's max_input_tokens and max_output_tokens for `model` (each None when unknown),
-    whether it `supports_vision`, its `tokenizer` family and whether litellm can price it (`priced`:
-    its `cost_per_token` answers), from the file at `path` when it was asked before with the same table,
-    else from litellm."""
+    whether it `supports_vision`, its `tokenizer` family, whether litellm can price it (`priced`: its
+    `cost_per_token` answers) and at what (`price`: USD per million input and output tokens, as
+    `client.table_price` says; `cached_price`: per million cached input tokens, or None), from the file at
+    `path` when it was asked before with the same table, else from litellm."""
 
     def __init__(self, litellm: Callable[[], Any], path: Path | None) -> None:
         self._litellm = litellm
@@ -147,7 +156,10 @@ class ModelInfo:
             info = {}
         out: dict[str, Any] = {k: _int(info.get(k)) for k in ("max_input_tokens", "max_output_tokens")}
         out["supports_vision"] = bool(info.get("supports_vision"))
-        out["priced"] = _priced(litellm, model)
+        out["price"] = _price(litellm, model)
+        out["priced"] = out["price"] is not None
+        cached = info.get("cache_read_input_token_cost")
+        out["cached_price"] = float(cached) * 1_000_000 if cached is not None else None
         return out | {"tokenizer": litellm_tokenizer(litellm, model)[0]}
 
     def _load(self) -> dict[str, dict[str, Any]]:
@@ -190,13 +202,16 @@ class ModelInfo:
             pass
 
 
-def _priced(litellm: Any, model: str) -> bool:
-    """Whether litellm's `cost_per_token` prices `model` (what PriceBook asks it for each reply)."""
+def _price(litellm: Any, model: str) -> list[float] | None:
+    """litellm's `cost_per_token` for a million input and a million output tokens (what PriceBook asks it
+    for each reply, and `client.table_price` for the pool); None when it cannot price `model`."""
     try:
-        litellm.cost_per_token(model=model, prompt_tokens=1, completion_tokens=1)
+        cost_in, cost_out = litellm.cost_per_token(
+            model=model, prompt_tokens=1_000_000, completion_tokens=1_000_000
+        )
     except Exception:
-        return False
-    return True
+        return None
+    return [float(cost_in), float(cost_out)]
 
 
 def _int(value: Any) -> int | None:

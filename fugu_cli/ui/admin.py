@@ -39,7 +39,10 @@ def pool_command(pool: str | None, json_out: bool, reset_health: bool = False) -
         err(f"no worker is configured: {POOL_HINT}")
         return 2
     checked = check_pool(workers)
-    prices = {a.worker.name: _price(a.worker) for a in checked}
+    from fugu_cli.app import kept_model_info
+
+    info = kept_model_info()
+    prices = {a.worker.name: _price(a.worker, info) for a in checked}
     windows = _windows(config, [a.worker for a in checked])
     ailing = health.report(workers)
     now = health.clock()
@@ -106,13 +109,14 @@ def _k(n: int) -> str:
     return f"{n // 1024}k" if n % 1024 == 0 else f"{n / 1000:.0f}k" if n >= 10_000 else f"{n:,}"
 
 
-def _price(w: Any) -> tuple[float | None, float | None, str]:
-    """Per-million prices: the worker's own, else litellm's table (imports litellm, about 3 s)."""
+def _price(w: Any, info: Any) -> tuple[float | None, float | None, str]:
+    """Per-million prices: the worker's own, else litellm's table (its kept answers: litellm, about 3 s, is
+    imported only for a model met for the first time)."""
     if w.price_in is not None or w.price_out is not None:
         return w.price_in or 0.0, w.price_out or 0.0, "pool"
     from fugu_cli.llm.client import table_price
 
-    found = table_price(w.model)
+    found = table_price(w.model, info)
     return (found[0], found[1], "litellm") if found else (None, None, "unknown")
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from fugu_cli.errors import ContextOverflow
-from fugu_cli.llm.client import ClientConfig, LiteLLMClient, load_litellm
+from fugu_cli.llm.client import ClientConfig, LiteLLMClient, load_litellm, table_cached_price, table_price
 from fugu_cli.llm.tokens import DEFAULT_WINDOW, CharTokens, LiteLLMTokens, request_tokens
 from fugu_cli.types import Message, ToolCall, Worker
 from tests.loopback import LoopbackServer
@@ -192,3 +192,10 @@ def test_a_model_litellm_cannot_price_is_known_as_such_next_run_without_litellm(
     assert cost.cost_usd == 0
     with pytest.raises(AssertionError, match="litellm was imported"):
         again.cost(Worker("n", "openai/never-met"), Usage(prompt_tokens=1))
+    # the pool's prices (`fugu pool`, the router's cost term) from the kept answers are litellm's own
+    kept_info = ModelInfo(never, kept)
+    assert table_price(claude.model, kept_info) == table_price(claude.model) == (3.0, 15.0)
+    assert (
+        table_cached_price(claude.model, kept_info) == table_cached_price(claude.model) == pytest.approx(0.3)
+    )
+    assert table_price(local.model, kept_info) is None and table_cached_price(local.model, kept_info) is None
