@@ -95,8 +95,12 @@ class PriceBook:
     def _cached_ratio(self, model: str) -> float:
         """The model's cached-input price over its input price in litellm's table (1.0 when unknown)."""
         try:
-            info = self._litellm().get_model_info(model)
-            ratio = float(info["cache_read_input_token_cost"]) / float(info["input_cost_per_token"])
+            if self._info is not None:
+                kept = self._info.get(model)
+                ratio = float(kept["cached_price"]) / float(kept["price"][0])
+            else:
+                info = self._litellm().get_model_info(model)
+                ratio = float(info["cache_read_input_token_cost"]) / float(info["input_cost_per_token"])
         except Exception:
             return 1.0
         return ratio if 0 < ratio <= 1 else 1.0

@@ -199,3 +199,7 @@ def test_a_model_litellm_cannot_price_is_known_as_such_next_run_without_litellm(
         table_cached_price(claude.model, kept_info) == table_cached_price(claude.model) == pytest.approx(0.3)
     )
     assert table_price(local.model, kept_info) is None and table_cached_price(local.model, kept_info) is None
+    # a worker with its own input price and no cached price: litellm's discount ratio, from the kept answers
+    own = Worker("c", claude.model, price_in=3.0, price_out=15.0)
+    mine, _ = again.cost(own, Usage(prompt_tokens=1_000_000, cached_tokens=1_000_000))
+    assert mine.cost_usd == pytest.approx(0.3)
