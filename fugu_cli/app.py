@@ -571,10 +571,9 @@ def model_info_path() -> Path:
 
 def kept_model_info() -> ModelInfo:
     """litellm's answers about models, kept between runs (litellm is imported for a model met first)."""
-    from fugu_cli.llm.client import load_litellm
-    from fugu_cli.llm.modelinfo import ModelInfo
+    from fugu_cli.llm.client import kept_answers
 
-    return ModelInfo(load_litellm, model_info_path())
+    return kept_answers(model_info_path())
 
 
 def build_conductor(

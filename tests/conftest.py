@@ -23,6 +23,7 @@ _KEY_SUFFIXES = ("_API_KEY", "_API_TOKEN")
 
 
 MODEL_INFO = Path("cache") / "models.json"  # under FUGU_HOME: litellm's answers about models (app.py)
+SEED = "model-info.json"  # in the run's base temporary folder: the answers every test's home starts with
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +31,7 @@ def _model_info_seed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """What this run's fugu runs learnt from litellm's model table (windows, tokenizers), one file for all
     of pytest-xdist's workers (their temporary folders share a parent)."""
     base = tmp_path_factory.getbasetemp()
-    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "model-info.json"
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / SEED
 
 
 # the models the tests name literally ("openai/solo", "anthropic/claude-..."): their answers are asked once,
@@ -50,7 +51,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
     here = Path(__file__).parent
     names = sorted({m[1:-1] for f in here.rglob("*.py") for m in _MODEL_NAME.findall(f.read_text("utf-8"))})
-    info = ModelInfo(load_litellm, factory.getbasetemp() / "model-info.json")
+    info = ModelInfo(load_litellm, factory.getbasetemp() / SEED)
     for name in names:
         info.get(name)
 

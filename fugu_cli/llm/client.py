@@ -23,7 +23,7 @@ from fugu_cli.errors import Interrupted, ProviderError
 from fugu_cli.llm.attempt import CallbackFailed, Signals, watched
 from fugu_cli.llm.direct import DirectClient, is_openai_compatible
 from fugu_cli.llm.faults import attempt_error, describe
-from fugu_cli.llm.modelinfo import ModelInfo
+from fugu_cli.llm.modelinfo import ModelInfo, cached_price_per_million, price_per_million
 from fugu_cli.llm.parse import MalformedReply, StreamAssembler, completion_from_response
 from fugu_cli.llm.pricing import PriceBook
 from fugu_cli.llm.transcript import WireCache, mark_cache_breakpoints, private_copy
@@ -60,10 +60,16 @@ def load_litellm() -> Any:
     return litellm
 
 
+@functools.cache
+def kept_answers(path: Path) -> ModelInfo:
+    """litellm's answers about models kept in the file at `path`: one object a file in a process, so its
+    clients, the pool's prices and `fugu pool` read the file once."""
+    return ModelInfo(load_litellm, path)
+
+
 def price_book(config: ClientConfig) -> PriceBook:
     """Prices from litellm's table, with its answers kept where `config.model_info` says."""
-    info = ModelInfo(load_litellm, config.model_info) if config.model_info is not None else None
-    return PriceBook(load_litellm, info)
+    return PriceBook(load_litellm, kept_answers(config.model_info) if config.model_info is not None else None)
 
 
 _preloading = threading.Lock()
@@ -248,22 +254,13 @@ def table_cached_price(model: str, info: ModelInfo | None = None) -> float | Non
         kept = info.get(model).get("cached_price")
         return float(kept) if kept is not None else None
     try:
-        cost = load_litellm().get_model_info(model).get("cache_read_input_token_cost")
+        return cached_price_per_million(load_litellm().get_model_info(model))
     except Exception:
         return None
-    return float(cost) * 1_000_000 if cost is not None else None
 
 
 def table_price(model: str, info: ModelInfo | None = None) -> tuple[float, float] | None:
     """litellm's price for `model` in USD per million input and output tokens, if it knows one (from `info`
     when given, as `table_cached_price`)."""
-    if info is not None:
-        kept = info.get(model).get("price")
-        return (float(kept[0]), float(kept[1])) if kept else None
-    try:
-        cost_in, cost_out = load_litellm().cost_per_token(
-            model=model, prompt_tokens=1_000_000, completion_tokens=1_000_000
-        )
-    except Exception:
-        return None
-    return float(cost_in), float(cost_out)
+    found = info.get(model).get("price") if info is not None else price_per_million(load_litellm(), model)
+    return (float(found[0]), float(found[1])) if found else None

@@ -26,7 +26,6 @@ FIELDS = (
     "max_output_tokens",
     "tokenizer",
     "supports_vision",
-    "priced",
     "price",
     "cached_price",
 )
@@ -118,10 +117,9 @@ def _encoding_args(tiktoken: Any, name: str, cache_dir: Path | None) -> dict[str
 
 class ModelInfo:
     """`get(model)`: litellm's max_input_tokens and max_output_tokens for `model` (each None when unknown),
-    whether it `supports_vision`, its `tokenizer` family, whether litellm can price it (`priced`: its
-    `cost_per_token` answers) and at what (`price`: USD per million input and output tokens, as
-    `client.table_price` says; `cached_price`: per million cached input tokens, or None), from the file at
-    `path` when it was asked before with the same table, else from litellm."""
+    whether it `supports_vision`, its `tokenizer` family and its prices (`price`: USD per million input and
+    output tokens, None when litellm cannot price it; `cached_price`: per million cached input tokens, or
+    None), from the file at `path` when it was asked before with the same table, else from litellm."""
 
     def __init__(self, litellm: Callable[[], Any], path: Path | None) -> None:
         self._litellm = litellm
@@ -156,10 +154,8 @@ class ModelInfo:
             info = {}
         out: dict[str, Any] = {k: _int(info.get(k)) for k in ("max_input_tokens", "max_output_tokens")}
         out["supports_vision"] = bool(info.get("supports_vision"))
-        out["price"] = _price(litellm, model)
-        out["priced"] = out["price"] is not None
-        cached = info.get("cache_read_input_token_cost")
-        out["cached_price"] = float(cached) * 1_000_000 if cached is not None else None
+        out["price"] = price_per_million(litellm, model)
+        out["cached_price"] = cached_price_per_million(info)
         return out | {"tokenizer": litellm_tokenizer(litellm, model)[0]}
 
     def _load(self) -> dict[str, dict[str, Any]]:
@@ -202,9 +198,9 @@ class ModelInfo:
             pass
 
 
-def _price(litellm: Any, model: str) -> list[float] | None:
-    """litellm's `cost_per_token` for a million input and a million output tokens (what PriceBook asks it
-    for each reply, and `client.table_price` for the pool); None when it cannot price `model`."""
+def price_per_million(litellm: Any, model: str) -> list[float] | None:
+    """litellm's `cost_per_token` for a million input and a million output tokens; None when it cannot price
+    `model` (then PriceBook's per-reply `cost_per_token` cannot either)."""
     try:
         cost_in, cost_out = litellm.cost_per_token(
             model=model, prompt_tokens=1_000_000, completion_tokens=1_000_000
@@ -212,6 +208,12 @@ def _price(litellm: Any, model: str) -> list[float] | None:
     except Exception:
         return None
     return [float(cost_in), float(cost_out)]
+
+
+def cached_price_per_million(info: Mapping[str, Any]) -> float | None:
+    """The cached-input price per million tokens in litellm's `get_model_info` answer, or None."""
+    cost = info.get("cache_read_input_token_cost")
+    return float(cost) * 1_000_000 if cost is not None else None
 
 
 def _int(value: Any) -> int | None:

@@ -78,7 +78,7 @@ class PriceBook:
         if self._info is None:
             return False
         found = self._info.cached(model)
-        return found is not None and found.get("priced") is False
+        return found is not None and found["price"] is None
 
     def cost(self, worker: Worker, usage: Usage) -> tuple[Usage, str | None]:
         cached_price = None
@@ -106,7 +106,7 @@ class PriceBook:
         return ratio if 0 < ratio <= 1 else 1.0
 
     def _table_cost(self, worker: Worker, usage: Usage) -> tuple[float, str | None]:
-        if self._info is not None and self._info.get(worker.model).get("priced") is False:
+        if self._info is not None and self._info.get(worker.model)["price"] is None:
             return 0.0, _once(worker.model, unknown_price_warning(worker))
         try:
             cost_in, cost_out = self._litellm().cost_per_token(
