@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests import zygote
+
 BUGGY = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"
 TEST = "from calc import add\n\nassert add(2, 3) == 5, 'add(2, 3) should be 5'\nprint('ok')\n"
@@ -64,9 +66,14 @@ class Run:
 def fugu(
     *args: str, cwd: Path, stdin: str | None = None, env: dict[str, str] | None = None, timeout: float = 120
 ) -> Run:
-    """Run the real CLI in a subprocess (as a user would), with the test's FUGU_HOME."""
+    """Run the real CLI in a process of its own (as a user would), with the test's FUGU_HOME: forked from the
+    test process's fork server, which has imported what every `fugu` imports (tests/zygote.py), else started
+    with `python -m fugu_cli`."""
     full_env = dict(os.environ)
     full_env.update(env or {})
+    forks = zygote.server(args)
+    if forks is not None and forks.suits(full_env):
+        return Run(*forks.run(list(args), str(cwd), stdin or "", full_env, timeout))
     proc = subprocess.run(
         [sys.executable, "-m", "fugu_cli", *args],
         cwd=cwd,

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fugu_cli.router.adamw import AdamW
 from fugu_cli.router.backbone import Backbone
 from fugu_cli.router.checkpoint import CheckpointWorker
 from fugu_cli.router.data import RewardMatrix
@@ -103,7 +104,7 @@ def fit_svf(
         {"params": list(head.parameters()), "lr": cfg.svf_lr / 10},
         {"params": list(svf.parameters()), "lr": cfg.svf_lr},
     ]
-    opt = torch.optim.AdamW(groups, weight_decay=0.0)
+    opt = AdamW(groups, weight_decay=0.0)
     total = cfg.svf_epochs * len(fit_b)
     for epoch in range(1, cfg.svf_epochs + 1):
         for i, bi in enumerate(rng.permutation(len(fit_b))):

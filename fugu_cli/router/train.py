@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from fugu_cli.errors import UsageError
+from fugu_cli.router.adamw import AdamW
 from fugu_cli.router.backbone import Backbone, load_backbone
 from fugu_cli.router.calibrate import (
     CONFIDENCE_Z,
@@ -364,7 +365,7 @@ def fit_head(
     """Minibatch AdamW on frozen features; restores the best-dev weights. Returns (best dev KL, epochs)."""
     p_fit, p_dev = targets
     m_fit, m_dev = fit.mask, dev.mask
-    opt = torch.optim.AdamW(head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt = AdamW(head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed)
     best, best_state, stale, ran = math.inf, copy.deepcopy(head.state_dict()), 0, 0
     for epoch in range(1, cfg.epochs + 1):
