@@ -5,8 +5,10 @@ exit code and interpreter shutdown; what it skips is Python's start and the impo
 `fugu -p` imports (about half a second of CPU), which a process forked from a server that imported them
 once already holds. A server (one per test process and preload set, started on first use, ended when that
 process ends) imports only what every `fugu -p` run imports, never litellm, ray, MCP or transformers, which
-a run still imports itself as a user's would; the one for `fugu router|conductor train|eval` also imports
-torch, which those import first thing. A server with a thread refuses to start (a fork copies no threads).
+a run still imports itself as a user's would; the one for `fugu router train|eval` also imports torch,
+which those import first thing (a server for `fugu conductor`'s transformers, peft and TRL saved nothing
+measurable: those tests make few runs each). A server with a thread refuses to start (a fork copies no
+threads).
 
 A run whose environment differs from the server's in what Python reads at start-up (`PYTHON*` variables)
 runs as a plain `python -m fugu_cli` subprocess instead; so does every run where FUGU_TEST_FORK=0.
@@ -45,7 +47,7 @@ PRELOAD = (
     "fugu_cli.ui.run",
     "fugu_cli.ui.admin",
 )
-# and for `fugu router train|eval` and `fugu conductor train|eval`, which import torch first thing
+# and for `fugu router train|eval`, which import torch first thing
 PRELOAD_TORCH = (*PRELOAD, "torch", "fugu_cli.router.commands", "fugu_cli.router.eval_command")
 _MAIN = str(Path(__file__).resolve().parents[1] / "fugu_cli" / "__main__.py")
 
@@ -252,7 +254,7 @@ def server(args: Sequence[str]) -> Zygote | None:
     FUGU_TEST_FORK=0."""
     if os.environ.get("FUGU_TEST_FORK", "1") == "0":
         return None
-    heavy = list(args[:1]) in (["router"], ["conductor"]) and list(args[1:2]) in (["train"], ["eval"])
+    heavy = list(args[:1]) == ["router"] and list(args[1:2]) in (["train"], ["eval"])
     preload = PRELOAD_TORCH if heavy else PRELOAD
     found = _servers.get(preload)
     if found is None or found.proc.poll() is not None:
