@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -39,16 +38,17 @@ def test_a_forked_run_answers_as_a_started_one(tmp_path: Path, monkeypatch: pyte
 
 
 def test_a_run_past_its_timeout_is_killed_and_raises(tmp_path: Path) -> None:
+    """A run held by a worker that never answers (fugu's own first-byte limit set far past the test's timeout)
+    is killed at the timeout, raises as subprocess.run does, and leaves no process behind."""
+    home = Path(os.environ["FUGU_HOME"])
+    (home / "config.toml").write_text("[llm]\nfirst_byte_timeout_s = 600\n")
     hung = SilentServer()
     try:
         pool = write_pool(
             tmp_path / "pool.toml", [{"name": "w", "model": "openai/w", "api_base": hung.base_url}]
         )
-        started = time.monotonic()
         with pytest.raises(subprocess.TimeoutExpired):
-            fugu("-p", "hi", "--pool", str(pool), cwd=tmp_path, timeout=3)
-        assert time.monotonic() - started < 30
-        assert hung.posts >= 1  # the run was in its worker call, not still starting
+            fugu("-p", "hi", "--pool", str(pool), cwd=tmp_path, timeout=8)
     finally:
         hung.close()
     forks = zygote.server(["-p"])
