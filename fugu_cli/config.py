@@ -242,7 +242,7 @@ class TelemetrySettings(BaseModel):
     """`[telemetry]`: OpenTelemetry export (fugu_cli/telemetry.py). Off unless `enabled = true`, or unset
     and an `OTEL_EXPORTER_OTLP_*ENDPOINT` variable is set; a repository's own config cannot turn it on."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     enabled: bool | None = None
     endpoint: str | None = None  # OTLP/HTTP base URL (http://collector:4318); default: the OTEL_* variables
