@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,3 +85,22 @@ def fugu(
         timeout=timeout,
     )
     return Run(proc.returncode, proc.stdout, proc.stderr)
+
+
+def processes() -> Iterator[tuple[int, str]]:
+    """Every process now running: (pid, command line)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                raw = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            yield int(entry), raw.replace(b"\0", b" ").decode(errors="replace").strip()
+
+
+def parent_pid(pid: int) -> int:
+    """The parent of process `pid`, or -1 once it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1

@@ -3,7 +3,6 @@ and stopped at the end of the session; and how to find the processes running its
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -11,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import parent_pid, processes
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class RayInstance:
         return str(ray.get_runtime_context().gcs_address)
 
     def raylet_pid(self) -> int:
-        for pid, cmd in _processes():
+        for pid, cmd in processes():
             if "raylet" in cmd and str(self.temp_dir) in cmd:
                 return pid
         raise AssertionError(f"no raylet of {self.temp_dir} is running")
@@ -33,29 +34,14 @@ class RayInstance:
     def task_pids(self, name: str) -> list[int]:
         """The worker processes of this instance running a task named `name` now (titled ray::NAME)."""
         raylet = self.raylet_pid()
-        return [pid for pid, cmd in _processes() if cmd.startswith(f"ray::{name}") and _ppid(pid) == raylet]
+        return [
+            pid for pid, cmd in processes() if cmd.startswith(f"ray::{name}") and parent_pid(pid) == raylet
+        ]
 
     def free_cpus(self) -> float:
         import ray
 
         return float(ray.available_resources().get("CPU", 0.0))
-
-
-def _processes() -> Iterator[tuple[int, str]]:
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                raw = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            yield int(entry), raw.replace(b"\0", b" ").decode(errors="replace").strip()
-
-
-def _ppid(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return -1
 
 
 @pytest.fixture(scope="session")

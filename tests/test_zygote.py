@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests import zygote
-from tests.helpers import Run, fugu, write_pool
+from tests.helpers import Run, fugu, parent_pid, processes, write_pool
 from tests.loopback import SilentServer
 
 
@@ -53,17 +53,6 @@ def test_a_run_past_its_timeout_is_killed_and_raises(tmp_path: Path) -> None:
         hung.close()
     forks = zygote.server(["-p"])
     assert forks is not None
-    assert not _children_of(forks.proc.pid)  # the killed run was reaped
-
-
-def _children_of(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry))
-    return out
+    assert not [
+        pid for pid, _ in processes() if parent_pid(pid) == forks.proc.pid
+    ]  # the killed run was reaped

@@ -16,12 +16,14 @@ runs as a plain `python -m fugu_cli` subprocess instead; so does every run where
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import json
 import locale
 import os
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -167,6 +169,15 @@ class Zygote:
         if said != "ready":
             raise RuntimeError(f"the fork server did not start: {said}")
 
+    def stop(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
     def suits(self, env: dict[str, str]) -> bool:
         """Whether a child of this server starts as `python` would with `env`."""
         python = {k: v for k, v in env.items() if k.startswith("PYTHON")}
@@ -247,6 +258,14 @@ def _text(data: bytes) -> str:
 
 
 _servers: dict[tuple[str, ...], Zygote] = {}
+_table = threading.Lock()  # a test may start runs from several threads at once
+
+
+@atexit.register
+def _stop() -> None:
+    """Ends this process's servers (each also ends on its own when this process's end closes its stdin)."""
+    for found in _servers.values():
+        found.stop()
 
 
 def server(args: Sequence[str]) -> Zygote | None:
@@ -256,7 +275,8 @@ def server(args: Sequence[str]) -> Zygote | None:
         return None
     heavy = list(args[:1]) == ["router"] and list(args[1:2]) in (["train"], ["eval"])
     preload = PRELOAD_TORCH if heavy else PRELOAD
-    found = _servers.get(preload)
-    if found is None or found.proc.poll() is not None:
-        found = _servers[preload] = Zygote(preload)
+    with _table:
+        found = _servers.get(preload)
+        if found is None or found.proc.poll() is not None:
+            found = _servers[preload] = Zygote(preload)
     return found
