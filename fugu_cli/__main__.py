@@ -7,10 +7,15 @@ import sys
 from typing import Any
 
 
-def main() -> Any:
-    # torch's OpenMP threads spin while idle by default, which slows a router decision several-fold on a
-    # busy 2-core machine; this must be set before torch is first imported.
+def before_imports() -> None:
+    """What the process needs before anything heavy is imported: torch's OpenMP threads spin while idle by
+    default, which slows a router decision several-fold on a busy 2-core machine, and OpenMP reads this
+    when torch is loaded."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def main() -> Any:
+    before_imports()
     if sys.argv[1:] == ["--version"]:
         from fugu_cli import __version__
 

@@ -10,8 +10,9 @@ which those import first thing (a server for `fugu conductor`'s transformers, pe
 measurable: those tests make few runs each). A server with a thread refuses to start (a fork copies no
 threads).
 
-A run whose environment differs from the server's in what Python reads at start-up (`PYTHON*` variables)
-runs as a plain `python -m fugu_cli` subprocess instead; so does every run where FUGU_TEST_FORK=0.
+A run whose environment differs from the server's in what is read at start-up (`PYTHON*`, and OpenMP's and
+MKL's variables, read as torch loads) runs as a plain `python -m fugu_cli` subprocess instead; so does every
+run where FUGU_TEST_FORK=0.
 """
 
 from __future__ import annotations
@@ -30,11 +31,11 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-# what a `fugu -p` run imports (its sys.modules at exit), less nothing: none of these is heavy
+# what a `fugu -p` run imports (found from its sys.modules at exit): none of these is heavy
 PRELOAD = (
     "fugu_cli.__main__",
     "fugu_cli.cli",
@@ -60,6 +61,9 @@ _MAIN = str(Path(__file__).resolve().parents[1] / "fugu_cli" / "__main__.py")
 def serve(path: str, preload: tuple[str, ...]) -> None:
     """Import `preload`, then fork a child per request on the Unix socket at `path` until stdin closes (the
     test process that started this one is gone). Single-threaded: children are reaped on SIGCHLD."""
+    from fugu_cli.__main__ import before_imports
+
+    before_imports()  # as `python -m fugu_cli` does first: OpenMP reads its settings when torch loads
     for name in preload:
         importlib.import_module(name)
     if threading.active_count() != 1:  # a fork would copy the memory of threads but not the threads
@@ -145,7 +149,8 @@ def _become(
         os.environ.clear()
         os.environ.update(request["env"])
         sys.argv = [_MAIN, *request["args"]]
-    except BaseException:
+    except BaseException as e:  # e.g. a folder that is not there: said where the test reads it
+        os.write(2, f"fugu fork server: the run could not start: {e!r}\n".encode())
         os._exit(70)
 
 
@@ -156,7 +161,7 @@ class Zygote:
     def __init__(self, preload: tuple[str, ...]) -> None:
         self._dir = tempfile.mkdtemp(prefix="fugu-zygote-", dir="/tmp")
         self.path = os.path.join(self._dir, "s")
-        self.env = dict(os.environ)
+        self.startup = _read_at_startup(os.environ)
         self.proc = subprocess.Popen(
             [sys.executable, "-c", f"from tests.zygote import serve; serve({self.path!r}, {preload!r})"],
             cwd=Path(__file__).resolve().parents[1],
@@ -180,8 +185,7 @@ class Zygote:
 
     def suits(self, env: dict[str, str]) -> bool:
         """Whether a child of this server starts as `python` would with `env`."""
-        python = {k: v for k, v in env.items() if k.startswith("PYTHON")}
-        return python == {k: v for k, v in self.env.items() if k.startswith("PYTHON")}
+        return _read_at_startup(env) == self.startup
 
     def run(
         self, args: list[str], cwd: str, stdin: str, env: dict[str, str], timeout: float
@@ -250,6 +254,15 @@ class _Lines:
             self.buf += chunk
         line, self.buf = self.buf.split(b"\n", 1)
         return line.decode()
+
+
+# what Python reads as it starts, and what OpenMP and MKL read as torch loads: a child forked from a server
+# started with other values of these would not run as a fresh process would
+_STARTUP_PREFIXES = ("PYTHON", "OMP_", "KMP_", "MKL_")
+
+
+def _read_at_startup(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(_STARTUP_PREFIXES)}
 
 
 def _text(data: bytes) -> str:
