@@ -21,6 +21,10 @@ def main() -> Any:
 
         print(f"fugu {__version__}")
         return 0
+    from fugu_cli.classcache import install
+    from fugu_cli.home import fugu_home
+
+    install(fugu_home())  # before the imports that build fugu's dataclasses
     from fugu_cli.cli import main as cli_main
 
     return cli_main()

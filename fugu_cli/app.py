@@ -383,7 +383,7 @@ def assemble(
         trusted=config.project_trusted,
         slash_commands=_custom_command_names(root),
         agents=custom_agents.load(root, config.project_trusted),
-        subagents=SubagentLimits(**config.subagents.model_dump()),
+        subagents=SubagentLimits(**dict(config.subagents)),  # dict(): model_dump would build its serializer
     )
     ultra = build_conductor(config, opts, agent, store, resolved.pool, root, instructions.prompt_text())
     deps = SessionDeps(

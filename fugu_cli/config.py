@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from fugu_cli import __version__
 from fugu_cli.errors import ConfigError
+from fugu_cli.home import fugu_home as fugu_home  # where it always lived, for its many callers
 from fugu_cli.options import find_repo_root, project_config_path
 from fugu_cli.types import PermissionMode
 
@@ -302,16 +303,6 @@ ENV_KEYS: dict[str, str] = {
     "FUGU_WORKER": "worker",
     "FUGU_POOL": "pool",
 }
-
-
-def fugu_home() -> Path:
-    """Where all state lives: `FUGU_HOME`, else the platform's user data directory."""
-    env = os.environ.get("FUGU_HOME")
-    if env:
-        return Path(env).expanduser()
-    from platformdirs import user_data_dir
-
-    return Path(user_data_dir("fugu", appauthor=False))
 
 
 def user_config_path() -> Path:

@@ -14,7 +14,8 @@ import pytest
 from fugu_cli.config import load_config, user_config_path
 from fugu_cli.errors import ConfigError
 from fugu_cli.pool import load_pool_file
-from tests.helpers import write_pool
+from tests.helpers import make_repo, write_pool
+from tests.loopback import LoopbackServer
 
 USER = """
 max_turns = 7
@@ -121,3 +122,43 @@ def test_a_config_with_secrets_in_env_or_headers_is_never_copied_to_the_cache(tm
     user_config_path().write_text("max_turns = 5\n")  # the control: a config without secrets is cached
     load_config(tmp_path)
     assert b'"max_turns": 5' in (cache / "config.json").read_bytes()
+
+
+RUN = """
+import atexit, json, os, sys
+from pydantic import BaseModel
+def models(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from models(sub)
+@atexit.register
+def built():
+    names = sorted({m.__qualname__ for m in models(BaseModel)
+                    if m.__module__.startswith("fugu_cli") and m.__pydantic_complete__})
+    with open(os.environ["BUILT_TO"], "w") as f:
+        json.dump(names, f)
+sys.argv = ["fugu", *sys.argv[1:]]
+from fugu_cli.__main__ import main
+sys.exit(main())
+"""
+
+
+def test_a_second_one_shot_run_builds_no_model_of_fugus(tmp_path: Path, loopback: LoopbackServer) -> None:
+    """The whole run, not only the config's loading: a model used on the way (a `model_dump` builds its
+    serializer, and with it the validator, 20-50 ms) is built on every launch."""
+    pool = write_pool(
+        tmp_path / "pool.toml", [{"name": "a", "model": "openai/a", "api_base": loopback.base_url}]
+    )
+    repo = make_repo(tmp_path / "repo")
+    out = tmp_path / "built.json"
+    argv = ["-p", "say hi", "--pool", str(pool), "--router", "prior"]
+    built = []
+    for _ in range(2):
+        run = subprocess.run(
+            [sys.executable, "-c", RUN, *argv], cwd=repo, capture_output=True, text=True,
+            env=dict(os.environ, BUILT_TO=str(out)),
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        built.append(json.loads(out.read_text()))
+    assert "Config" in built[0]  # the first run validated its layers
+    assert built[1] == []

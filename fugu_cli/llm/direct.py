@@ -61,7 +61,7 @@ class DirectClient:
 
                 limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
                 timeout = httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 10.0))
-                self._client = httpx.Client(timeout=timeout, limits=limits)
+                self._client = httpx.Client(timeout=timeout, limits=limits, transport=_by_scheme(limits))
             return self._client
 
     def complete(self, worker: Worker, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -112,6 +112,35 @@ def _without_httpx_cli() -> None:
 
     stand_in.main = main  # type: ignore[attr-defined]
     sys.modules["httpx._main"] = stand_in
+
+
+def _by_scheme(limits: Any) -> Any:
+    """httpx's transport, with the CA bundle read when the first https:// request needs it, not when the
+    client is made: reading it is about 50 ms of a launch that a local worker (http://) never needs. Proxies
+    from the environment are httpx's own, as before."""
+    import httpx
+
+    class ByScheme(httpx.BaseTransport):
+        def __init__(self) -> None:
+            # only http:// URLs reach this one, so it never speaks TLS and needs no certificates
+            self.plain = httpx.HTTPTransport(limits=limits, verify=False)
+            self.tls: httpx.HTTPTransport | None = None
+            self.lock = threading.Lock()
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            if request.url.scheme == "http":
+                return self.plain.handle_request(request)
+            with self.lock:
+                if self.tls is None:
+                    self.tls = httpx.HTTPTransport(limits=limits)  # verify=True: httpx's default checks
+            return self.tls.handle_request(request)
+
+        def close(self) -> None:
+            self.plain.close()
+            if self.tls is not None:
+                self.tls.close()
+
+    return ByScheme()
 
 
 def _post(worker: Worker, request: Mapping[str, Any]) -> dict[str, Any]:

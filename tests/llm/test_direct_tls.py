@@ -1,0 +1,93 @@
+"""The direct client's transports (fugu_cli/llm/direct.py): a plain http:// worker is reached without the CA
+bundle being read (a launch's worth of time), and an https:// worker is verified as httpx always does: a
+self-signed server is refused unless the user trusts its certificate (SSL_CERT_FILE)."""
+
+from __future__ import annotations
+
+import ssl
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fugu_cli.llm.direct import DirectClient
+from fugu_cli.types import Worker
+from tests.loopback import LoopbackServer
+
+REQUEST = {"messages": [{"role": "user", "content": "hi"}]}
+
+
+def _call(api_base: str) -> dict[str, Any]:
+    worker = Worker(name="w", model="openai/w", api_base=api_base)
+    return DirectClient(30).complete(worker, REQUEST | {"api_base": api_base})
+
+
+def _contexts(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The `verify` of every SSL context httpx's transports make from now on."""
+    import httpx._transports.default as transports
+
+    made: list[Any] = []
+    real = transports.create_ssl_context  # type: ignore[attr-defined]
+
+    def spy(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        made.append(kwargs.get("verify", args[0] if args else True))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(transports, "create_ssl_context", spy)
+    return made
+
+
+def _self_signed(folder: Path) -> tuple[Path, Path]:
+    key, cert = folder / "key.pem", folder / "cert.pem"
+    args = ["-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            *args,
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return key, cert
+
+
+def _https(server: LoopbackServer, key: Path, cert: Path) -> str:
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    httpd = server._httpd
+    httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
+    return f"https://127.0.0.1:{server.port}/v1"
+
+
+def test_a_plain_http_worker_is_reached_without_reading_certificates(
+    loopback: LoopbackServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = _contexts(monkeypatch)
+    reply = _call(loopback.base_url)
+    assert reply["choices"][0]["message"]["content"]
+    assert made == [False]  # the http:// transport's context, which never speaks TLS; no bundle was read
+
+
+def test_an_https_worker_is_verified(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    key, cert = _self_signed(tmp_path)
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    with LoopbackServer() as server:
+        url = _https(server, key, cert)
+        made = _contexts(monkeypatch)
+        with pytest.raises(ConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
+            _call(url)
+        assert made == [False, True]  # the https:// transport, made on first use, verifies
+        assert not [r for r in server.requests if r.method == "POST"]  # nothing was sent to it
+
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the user trusts this server's certificate
+        reply = _call(url)
+        assert reply["choices"][0]["message"]["content"]
