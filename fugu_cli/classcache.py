@@ -63,15 +63,16 @@ class _Codes:
         if isinstance(source, str):
             module = globals.get("__name__") if isinstance(globals, dict) else None
             name = module.partition(".")[0] if isinstance(module, str) else ""
+            name = name if name.isidentifier() else "_"  # also the pack's file name
             with _lock:
-                pack = self._pack(name if name.isidentifier() else "_")
+                pack = self._pack(name)
                 code = pack.get(source)
             if code is None:
                 # as the built-in exec compiles text: file "<string>", none of this module's __future__ flags
                 code = compile(source, "<string>", "exec", dont_inherit=True)
                 with _lock:
                     pack[source] = code
-                    self.changed.add(name if name.isidentifier() else "_")
+                    self.changed.add(name)
                     self.compiled += 1
             source = code
         builtins.exec(source, globals, locals)
