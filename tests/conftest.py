@@ -21,11 +21,11 @@ import pytest
 sys.dont_write_bytecode = False
 
 from tests.loopback import loopback, loopback_factory  # noqa: E402
-from tests.ray_kit import ray_instance  # noqa: E402
+from tests.ray_kit import _ray_stopped_at_the_end, ray_instance  # noqa: E402
 from tests.serve_kit import serve  # noqa: E402
 from tests.web_kit import pages  # noqa: E402
 
-__all__ = ["loopback", "loopback_factory", "pages", "ray_instance", "serve"]
+__all__ = ["_ray_stopped_at_the_end", "loopback", "loopback_factory", "pages", "ray_instance", "serve"]
 
 _KEY_SUFFIXES = ("_API_KEY", "_API_TOKEN")
 
@@ -152,15 +152,20 @@ HEAVY = (
 )
 
 
+RAY_GROUP = "ray"  # pytest-xdist's group of the tests that use the one local Ray instance
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the group markers added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The slowest files first, each file's tests together and in their order (tools/test runs pytest-xdist
     with --dist loadgroup, which hands tests out in this order as workers free up: a long test handed out
     last would hold the run up alone). Slowest: HEAVY's files the cache has no times for, then by the times
     the last runs measured (pytest's cache). Not with --lf, --ff or --nf, which choose an order themselves.
-    The tests that use the one local Ray instance share a worker, which starts the instance once."""
+    The tests that use the one local Ray instance share a worker, which starts the instance once (this
+    hook runs first: after pytest-xdist's, the marker was read by nobody, and every worker started one)."""
     for item in items:
         if "ray_instance" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("ray"))
+            item.add_marker(pytest.mark.xdist_group(RAY_GROUP))
     cache = getattr(config, "cache", None)
     if cache is None or any(config.getoption(o, False) for o in ("lf", "failedfirst", "newfirst")):
         return
@@ -179,12 +184,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=slowest_first)
 
 
+_LOST_GROUP: set[str] = set()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Under `--dist loadgroup`, a grouped test's id must carry its group by now, or pytest-xdist hands the
+    group's tests to any worker (as with pytest 9.2, pytest-dev/pytest-xdist#1386); such tests fail, saying
+    why (an error raised here would only crash the worker, its message unseen)."""
+    if session.config.getoption("loadgroup", False):
+        grouped = (i.nodeid for i in session.items if i.get_closest_marker("xdist_group"))
+        _LOST_GROUP.update(nodeid for nodeid in grouped if "@" not in nodeid)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.nodeid in _LOST_GROUP:
+        pytest.fail(
+            "pytest-xdist's --dist loadgroup lost this test's group: this pytest and pytest-xdist do not "
+            "work together (pyproject.toml pins a pytest that does): run tools/setup",
+            pytrace=False,
+        )
+
+
 _measured: dict[str, float] = {}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Each test's time (in the process that reports: pytest-xdist's controller, or pytest itself)."""
-    _measured[report.nodeid] = _measured.get(report.nodeid, 0.0) + report.duration
+    """Each test's time (in the process that reports: pytest-xdist's controller, or pytest itself), under
+    its id without the group suffix pytest-xdist adds (the order above is decided before it is added)."""
+    nodeid = report.nodeid.removesuffix(f"@{RAY_GROUP}")
+    _measured[nodeid] = _measured.get(nodeid, 0.0) + report.duration
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -1,5 +1,5 @@
 """One real local Ray instance for the tests that need it (2 CPUs, its own temp folder), started on first use
-and stopped at the end of the session; and how to find the processes running its tasks."""
+and stopped after the last test that uses it; and how to find the processes running its tasks."""
 
 from __future__ import annotations
 
@@ -44,15 +44,51 @@ class RayInstance:
         return float(ray.available_resources().get("CPU", 0.0))
 
 
-@pytest.fixture(scope="session")
-def ray_instance() -> Iterator[RayInstance]:
-    """`ray.init` with 2 CPUs in a short temp folder (its socket paths must stay under 108 bytes)."""
-    import ray
+class _Shared:
+    """This process's one instance, and the tests of this run that use it and have not yet run."""
 
-    temp = Path(tempfile.mkdtemp(prefix="fugu-ray-", dir="/tmp"))
-    ray.init(num_cpus=2, _temp_dir=str(temp), include_dashboard=False, log_to_driver=False)
+    instance: RayInstance | None = None
+    left: set[str] | None = None
+
+    @classmethod
+    def start(cls) -> RayInstance:
+        """`ray.init` with 2 CPUs in a short temp folder (its socket paths must stay under 108 bytes)."""
+        import ray
+
+        if cls.instance is None:
+            temp = Path(tempfile.mkdtemp(prefix="fugu-ray-", dir="/tmp"))
+            ray.init(num_cpus=2, _temp_dir=str(temp), include_dashboard=False, log_to_driver=False)
+            cls.instance = RayInstance(temp)
+        return cls.instance
+
+    @classmethod
+    def stop(cls) -> None:
+        import ray
+
+        if cls.instance is not None:
+            ray.shutdown()
+            shutil.rmtree(cls.instance.temp_dir, ignore_errors=True)
+            cls.instance = None
+
+
+@pytest.fixture(scope="session")
+def _ray_stopped_at_the_end() -> Iterator[None]:
+    yield
+    _Shared.stop()
+
+
+@pytest.fixture
+def ray_instance(request: pytest.FixtureRequest, _ray_stopped_at_the_end: None) -> Iterator[RayInstance]:
+    """The local instance, started by the first test that asks for it and stopped after the last one of this
+    run (the tests that use it run in one pytest-xdist worker; an idle instance's processes take about 4 % of
+    a core), or at the end of the session if that test never comes (`-x`)."""
+    if _Shared.left is None:
+        items = request.session.items
+        _Shared.left = {i.nodeid for i in items if "ray_instance" in getattr(i, "fixturenames", ())}
+    instance = _Shared.start()
     try:
-        yield RayInstance(temp)
+        yield instance
     finally:
-        ray.shutdown()
-        shutil.rmtree(temp, ignore_errors=True)
+        _Shared.left.discard(request.node.nodeid)
+        if not _Shared.left:
+            _Shared.stop()
