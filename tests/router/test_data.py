@@ -173,3 +173,57 @@ def test_training_rows_are_recognised_by_id_or_by_text() -> None:
         text_key("write a PYTHON function   that reverses a list.")
     }  # p3 and p4, case and spacing folded
     assert [m.prompt_ids[i] for i in np.flatnonzero(trained_rows(m, ids, texts))] == ["p1", "p3", "p4"]
+
+
+def _as_dict_reader_reads(path: Path) -> dict[tuple[str, str], tuple[float, float]]:
+    """The reading before 2026-12-02 (csv.DictReader, numpy's mean per cell): the faster one's oracle."""
+    import csv
+
+    cells: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    with path.open(newline="", encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            if row["model"] == "broken" or row["score"] in ("", None):
+                continue
+            cost = float(row["cost"]) if row.get("cost") not in ("", None) else float("nan")
+            cells.setdefault((row["prompt_id"], row["model"]), []).append((float(row["score"]), cost))
+    return {k: (np.asarray(v)[:, 0].mean(), np.asarray(v)[:, 1].mean()) for k, v in cells.items()}
+
+
+def test_outcomes_are_read_as_a_dict_reader_reads_them(tmp_path: Path) -> None:
+    """Quoted commas, a blank line, a short row, a repeated column (the last counts), cells measured once,
+    three times and nine times (numpy's pairwise sum): the same means, to the bit."""
+    rng = np.random.default_rng(0)
+    lines = ["prompt_id,model,score,cost,score"]
+    for i in range(40):
+        for model, runs in (("a", 1), ("b", 3), ("c", 9), ("broken", 2)):
+            for _ in range(runs):
+                lines.append(f'"p{i},x",{model},0,{rng.random() / 7:.17g},{rng.random():.17g}')
+    lines.insert(5, "")
+    lines.append('"p40,x",a,0')  # short: no cost and no (last) score, so left out
+    lines.append('"p41,x",b,0,,0.25')  # no cost: NaN
+    root = tmp_path / "set"
+    root.mkdir()
+    (root / "outcomes.csv").write_text("\n".join(lines) + "\n")
+    (root / "dataset.toml").write_text(
+        'outcomes = "outcomes.csv"\nprompt_id = "prompt_id"\nmodel = "model"\nscore = "score"\n'
+        'cost = "cost"\nexclude_models = ["broken"]\n'
+    )
+    m = load_dataset(root)
+    expected = _as_dict_reader_reads(root / "outcomes.csv")
+    assert m.workers == ("a", "b", "c") and len(m.prompt_ids) == 41
+    assert m.cost is not None
+    for (prompt, model), (reward, cost) in expected.items():
+        i, j = m.prompt_ids.index(prompt), m.workers.index(model)
+        assert m.reward[i, j].tobytes() == np.float64(reward).tobytes(), (prompt, model)
+        assert m.cost[i, j].tobytes() == np.float64(cost).tobytes(), (prompt, model)
+
+
+def test_a_column_the_spec_names_but_the_file_lacks_is_a_usage_error(tmp_path: Path) -> None:
+    root = tmp_path / "set"
+    root.mkdir()
+    (root / "outcomes.csv").write_text("prompt_id,model,reward\np1,a,1\n")
+    (root / "dataset.toml").write_text(
+        'outcomes = "outcomes.csv"\nprompt_id = "prompt_id"\nmodel = "model"\nscore = "score"\n'
+    )
+    with pytest.raises(UsageError, match=r"has no column 'score'"):
+        load_dataset(root)
