@@ -11,7 +11,7 @@ import json
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -157,9 +157,18 @@ def _common(cfg: LMConfig, out: str) -> dict[str, Any]:
         "use_cpu": cpu,
         "bf16": cfg.bf16 and not cpu,
         # recomputing activations saves a GPU's memory; a CPU has the memory and not the time to spare
-        "gradient_checkpointing": not cpu,
+        _checkpointing_option(): not cpu,
         "dataloader_num_workers": 0,
     }
+
+
+def _checkpointing_option() -> str:
+    """transformers 5 calls `gradient_checkpointing` `activation_checkpointing`: the old name still works, but
+    warns (even unset: TRL's configs set it) and goes in v6; the new name sets both."""
+    from transformers import TrainingArguments
+
+    names = {f.name for f in fields(TrainingArguments)}
+    return "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
 
 
 def _merged(model: Any) -> Any:
