@@ -21,7 +21,7 @@ import pytest
 sys.dont_write_bytecode = False
 
 from tests.loopback import loopback, loopback_factory  # noqa: E402
-from tests.ray_kit import _ray_stopped_at_the_end, ray_instance  # noqa: E402
+from tests.ray_kit import _ray_stopped_at_the_end, ray_instance, uses_ray  # noqa: E402
 from tests.serve_kit import serve  # noqa: E402
 from tests.web_kit import pages  # noqa: E402
 
@@ -164,7 +164,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     The tests that use the one local Ray instance share a worker, which starts the instance once (this
     hook runs first: after pytest-xdist's, the marker was read by nobody, and every worker started one)."""
     for item in items:
-        if "ray_instance" in getattr(item, "fixturenames", ()):
+        if uses_ray(item):
             item.add_marker(pytest.mark.xdist_group(RAY_GROUP))
     cache = getattr(config, "cache", None)
     if cache is None or any(config.getoption(o, False) for o in ("lf", "failedfirst", "newfirst")):

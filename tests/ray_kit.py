@@ -44,6 +44,11 @@ class RayInstance:
         return float(ray.available_resources().get("CPU", 0.0))
 
 
+def uses_ray(item: pytest.Item) -> bool:
+    """Whether a collected test asks for the one local instance."""
+    return "ray_instance" in getattr(item, "fixturenames", ())
+
+
 class _Shared:
     """This process's one instance, and the tests of this run that use it and have not yet run."""
 
@@ -63,9 +68,9 @@ class _Shared:
 
     @classmethod
     def stop(cls) -> None:
-        import ray
-
         if cls.instance is not None:
+            import ray
+
             ray.shutdown()
             shutil.rmtree(cls.instance.temp_dir, ignore_errors=True)
             cls.instance = None
@@ -83,8 +88,7 @@ def ray_instance(request: pytest.FixtureRequest, _ray_stopped_at_the_end: None) 
     run (the tests that use it run in one pytest-xdist worker; an idle instance's processes take about 4 % of
     a core), or at the end of the session if that test never comes (`-x`)."""
     if _Shared.left is None:
-        items = request.session.items
-        _Shared.left = {i.nodeid for i in items if "ray_instance" in getattr(i, "fixturenames", ())}
+        _Shared.left = {i.nodeid for i in request.session.items if uses_ray(i)}
     instance = _Shared.start()
     try:
         yield instance

@@ -347,7 +347,8 @@ def _assemble(
 
 def _means(vals: list[tuple[float, float]]) -> tuple[float, float]:
     """The means of a cell's (reward, cost) pairs, as numpy's `mean` gives them: under eight values numpy
-    adds them in order, as here (a quarter of a million cells took 4 s through numpy, one call each)."""
+    adds them in order, as here (one numpy call per cell made most of the 5.6 CPU-s that loading the shipped
+    router's five training sets took; 1.6 CPU-s now)."""
     if len(vals) == 1:
         return vals[0]
     if len(vals) < 8:
