@@ -4,7 +4,7 @@ pooled HTTP connection per worker, its reply read as it is. No translation is ne
 the agent's client (client.py) and by serve's pass-through (forward.py).
 
 Failures are raised as the exceptions `faults.classify` knows (status codes, timeouts, connection errors).
-httpx is imported on first use. Never prints.
+urllib3 is imported on first use. Never prints.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import types
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
@@ -43,46 +42,76 @@ class HTTPStatusFault(Exception):
 
 
 class DirectClient:
-    """Posts chat-completions requests to OpenAI-compatible endpoints. Thread-safe."""
+    """Posts chat-completions requests to OpenAI-compatible endpoints. Thread-safe.
+
+    Over urllib3, not httpx: on a loopback worker a streamed call through httpx cost about 0.8 ms more of
+    the caller's time than the same call through urllib3 (docs/BENCHMARKS.md, serve). As httpx did: one pool
+    of kept-alive connections per scheme, https verified against certifi's CA bundle (or SSL_CERT_FILE /
+    SSL_CERT_DIR, read once, when the first https:// request is made), proxies from the environment
+    (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, NO_PROXY), no retries and no redirects of its own."""
 
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
-        self._client: Any = None
+        self._managers: dict[str, Any] = {}
+        self._proxies: dict[str, str] | None = None
+        self._timeout: Any = None
         self._lock = threading.Lock()
 
     def warm(self) -> None:
-        self._http()
+        self._manager("http://127.0.0.1/")
 
-    def _http(self) -> Any:
+    def _manager(self, url: str) -> Any:
+        """The pool for `url`: direct or through the environment's proxy for its scheme."""
+        import urllib.request
+
+        scheme, _, rest = url.partition("://")
+        host = rest.split("/", 1)[0]
         with self._lock:
-            if self._client is None:
-                _without_httpx_cli()
-                import httpx
+            if self._proxies is None:
+                import urllib3
 
-                limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
-                timeout = httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 10.0))
-                self._client = httpx.Client(timeout=timeout, limits=limits, transport=_by_scheme(limits))
-            return self._client
+                self._proxies = urllib.request.getproxies_environment()
+                self._timeout = urllib3.Timeout(connect=min(self.timeout_s, 10.0), read=self.timeout_s)
+            proxies = self._proxies
+            proxy = proxies.get(scheme) or proxies.get("all")
+            bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]  # not in typeshed
+            if proxy and bypass(host, proxies):
+                proxy = None
+            key = f"{scheme} via {proxy}" if proxy else scheme
+            manager = self._managers.get(key)
+            if manager is None:
+                manager = self._managers[key] = _pool_manager(scheme, proxy)
+            return manager
+
+    def _send(self, worker: Worker, request: Mapping[str, Any], stream: bool) -> Any:
+        post = _post(worker, request)
+        response = self._manager(post["url"]).request(
+            "POST",
+            post["url"],
+            body=post["content"],
+            headers=post["headers"],
+            timeout=self._timeout,
+            retries=False,
+            redirect=False,
+            preload_content=not stream,
+        )
+        if response.status >= 400:
+            text = (response.data if not stream else response.read()).decode("utf-8", "replace")
+            response.release_conn()
+            raise HTTPStatusFault(response.status, text, response)
+        return response
 
     def complete(self, worker: Worker, request: Mapping[str, Any]) -> dict[str, Any]:
         """The worker's chat.completion as JSON."""
         with _faults():
-            response = self._http().post(**_post(worker, request))
-            if response.status_code >= 400:
-                raise HTTPStatusFault(response.status_code, response.text, response)
-            data: dict[str, Any] = response.json()
+            data: dict[str, Any] = json.loads(self._send(worker, request, stream=False).data)
             return data
 
     def stream(self, worker: Worker, request: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         """The worker's chunks as JSON objects. The connection is open when this returns (a refusal raises
         here); closing the iterator closes it."""
-        http = self._http()
         with _faults():
-            response = http.send(http.build_request("POST", **_post(worker, request)), stream=True)
-            if response.status_code >= 400:
-                text = response.read().decode("utf-8", "replace")
-                response.close()
-                raise HTTPStatusFault(response.status_code, text, response)
+            response = self._send(worker, request, stream=True)
         if "json" in response.headers.get("content-type", ""):
             return _whole_as_chunk(response)
         return _chunks(response)
@@ -93,54 +122,45 @@ class DirectClient:
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         with _faults():
-            response = self._http().post(url, content=json.dumps(body), headers=headers)
-            if response.status_code >= 400:
-                raise HTTPStatusFault(response.status_code, response.text, response)
-            data: dict[str, Any] = response.json()
+            response = self._manager(url).request(
+                "POST",
+                url,
+                body=json.dumps(body).encode(),
+                headers=headers,
+                timeout=self._timeout,
+                retries=False,
+                redirect=False,
+            )
+            if response.status >= 400:
+                raise HTTPStatusFault(response.status, response.data.decode("utf-8", "replace"), response)
+            data: dict[str, Any] = json.loads(response.data)
             return data
 
 
-def _without_httpx_cli() -> None:
-    """httpx imports its command-line tool (and click and rich with it: half of its import time) only to
-    offer `httpx.main`; fugu never runs it, so a stand-in takes its place before httpx is first imported."""
-    if "httpx" in sys.modules or "httpx._main" in sys.modules:
-        return
-    stand_in = types.ModuleType("httpx._main")
+def _pool_manager(scheme: str, proxy: str | None) -> Any:
+    """urllib3's pool for one scheme. A plain http:// one never speaks TLS, so it reads no certificates
+    (about 50 ms of a launch that a local worker never needs); an https:// one verifies as httpx did."""
+    import urllib3
 
-    def main() -> None:
-        raise SystemExit("httpx's command line is not loaded in fugu's process")
+    options: dict[str, Any] = {"num_pools": 32, "maxsize": 64, "block": False}
+    if scheme == "https":
+        options["ssl_context"] = _verifying_context()
+    if proxy:
+        return urllib3.ProxyManager(proxy, **options)
+    return urllib3.PoolManager(**options)
 
-    stand_in.main = main  # type: ignore[attr-defined]
-    sys.modules["httpx._main"] = stand_in
 
+def _verifying_context() -> Any:
+    """What httpx verifies with: the CA bundle or folder the environment names, else certifi's."""
+    import os
+    import ssl
 
-def _by_scheme(limits: Any) -> Any:
-    """httpx's transport, with the CA bundle read when the first https:// request needs it, not when the
-    client is made: reading it is about 50 ms of a launch that a local worker (http://) never needs. Proxies
-    from the environment are httpx's own, as before."""
-    import httpx
+    cafile, capath = os.environ.get("SSL_CERT_FILE") or None, os.environ.get("SSL_CERT_DIR") or None
+    if cafile is None and capath is None:
+        import certifi
 
-    class ByScheme(httpx.BaseTransport):
-        def __init__(self) -> None:
-            # only http:// URLs reach this one, so it never speaks TLS and needs no certificates
-            self.plain = httpx.HTTPTransport(limits=limits, verify=False)
-            self.tls: httpx.HTTPTransport | None = None
-            self.lock = threading.Lock()
-
-        def handle_request(self, request: httpx.Request) -> httpx.Response:
-            if request.url.scheme == "http":
-                return self.plain.handle_request(request)
-            with self.lock:
-                if self.tls is None:
-                    self.tls = httpx.HTTPTransport(limits=limits)  # verify=True: httpx's default checks
-            return self.tls.handle_request(request)
-
-        def close(self) -> None:
-            self.plain.close()
-            if self.tls is not None:
-                self.tls.close()
-
-    return ByScheme()
+        cafile = certifi.where()
+    return ssl.create_default_context(cafile=cafile, capath=capath)
 
 
 def _post(worker: Worker, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -150,7 +170,7 @@ def _post(worker: Worker, request: Mapping[str, Any]) -> dict[str, Any]:
     if request.get("api_key"):
         headers["Authorization"] = f"Bearer {request['api_key']}"
     base = str(request.get("api_base") or OPENAI_BASE).rstrip("/")
-    return {"url": f"{base}/chat/completions", "content": json.dumps(body), "headers": headers}
+    return {"url": f"{base}/chat/completions", "content": json.dumps(body).encode(), "headers": headers}
 
 
 # after `[DONE]`, what a stream may still send before its end (blank lines, the chunked terminator) is read,
@@ -158,41 +178,61 @@ def _post(worker: Worker, request: Mapping[str, Any]) -> dict[str, Any]:
 _AFTER_DONE_LINES = 16
 
 
+def _lines(response: Any) -> Iterator[str]:
+    """The body's lines as they arrive (each read returns what the connection has, not a full buffer)."""
+    pending = b""
+    while True:
+        data = response.read1(65536)
+        if not data:
+            break
+        pending += data
+        *complete, pending = pending.split(b"\n")
+        for line in complete:
+            yield line.rstrip(b"\r").decode("utf-8", "replace")
+    if pending:
+        yield pending.rstrip(b"\r").decode("utf-8", "replace")
+
+
 def _chunks(response: Any) -> Iterator[dict[str, Any]]:
+    ended = False
     try:
         with _faults():
-            lines = response.iter_lines()
+            lines = _lines(response)
             for line in lines:
                 if not line.startswith("data:"):
                     continue
                 payload = line[5:].strip()
                 if payload == "[DONE]":
-                    _drain(response, lines)
+                    ended = _drain(response, lines)
                     return
                 data = json.loads(payload)
                 if isinstance(data, dict) and "error" in data and "choices" not in data:
                     raise HTTPStatusFault(500, payload, response)
                 yield data
     finally:
-        response.close()
+        if ended:
+            response.release_conn()  # read to its end: the connection serves the next call
+        else:
+            response.close()
 
 
-def _drain(response: Any, lines: Iterator[str]) -> None:
+def _drain(response: Any, lines: Iterator[str]) -> bool:
     """Reads a finished stream to its end, so its connection can serve the next call (closing a response
     before its end closes the connection: every call then paid for a new one, a TCP and, to a hosted worker,
     a TLS handshake). As the openai SDK does, only where HTTP/1.1 says where the body ends (chunked or a
     length): a body that ends when the connection closes leaves nothing to reuse. A few lines at most; a
     reply that is complete stays complete whatever the rest does (a server holding its response open after
-    `[DONE]` is waited for up to the read timeout)."""
+    `[DONE]` is waited for up to the read timeout). True when the body was read to its end."""
     headers = response.headers
     delimited = "chunked" in headers.get("transfer-encoding", "") or "content-length" in headers
-    if response.http_version != "HTTP/1.1" or not delimited:
-        return
+    if response.version != 11 or not delimited:
+        return False
     try:
         for _ in zip(range(_AFTER_DONE_LINES), lines, strict=False):
             pass
+        return next(lines, None) is None
     except Exception:  # the reply is complete: what comes after it cannot fail it
-        pass
+        return False
 
 
 def _whole_as_chunk(response: Any) -> Iterator[dict[str, Any]]:
@@ -200,6 +240,7 @@ def _whole_as_chunk(response: Any) -> Iterator[dict[str, Any]]:
     try:
         with _faults():
             data = json.loads(response.read())
+        response.release_conn()
     finally:
         response.close()
     if not isinstance(data, dict):
@@ -213,7 +254,7 @@ def _whole_as_chunk(response: Any) -> Iterator[dict[str, Any]]:
 
 
 class _faults:
-    """httpx's exceptions as the builtin ones `classify` recognises."""
+    """urllib3's exceptions as the builtin ones `classify` recognises."""
 
     def __enter__(self) -> None:
         return None
@@ -221,11 +262,14 @@ class _faults:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> Literal[False]:
-        if exc is None or kind is None:
+        if exc is None or kind is None or "urllib3" not in sys.modules:
             return False
-        name = kind.__name__
-        if name.endswith("Timeout") or name == "TimeoutException":
-            raise TimeoutError(str(exc) or name) from exc
-        if name in ("ConnectError", "ReadError", "WriteError", "RemoteProtocolError", "NetworkError"):
-            raise ConnectionError(str(exc) or name) from exc
+        from urllib3 import exceptions as u3
+
+        if isinstance(exc, (u3.NewConnectionError, u3.ProtocolError, u3.SSLError, u3.ProxyError)):
+            raise ConnectionError(str(exc) or kind.__name__) from exc
+        if isinstance(exc, u3.TimeoutError):
+            raise TimeoutError(str(exc) or kind.__name__) from exc
+        if isinstance(exc, u3.HTTPError) and not isinstance(exc, u3.DecodeError):
+            raise ConnectionError(str(exc) or kind.__name__) from exc
         return False

@@ -1,4 +1,4 @@
-"""What a failed attempt at a worker means: litellm's, the OpenAI SDK's, httpx's (through direct.py) and our
+"""What a failed attempt at a worker means: litellm's, the OpenAI SDK's, urllib3's (through direct.py) and our
 own exceptions mapped onto one `ProviderError` that says whether another attempt may help, how long the
 provider asked us to wait, whose fault it was (the worker's, or the request's: `RequestRejected`) and the
 provider's own error code and HTTP status, unchanged.

@@ -66,7 +66,7 @@ def test_text_reply(path: str, loopback: LoopbackServer) -> None:
     # nothing litellm-only reaches the wire; a direct call streams (its status line proves the worker alive)
     streamed = {"stream", "stream_options"} if path == "direct" else set()
     assert set(req.body) == {"model", "messages", "tools"} | streamed
-    # litellm calls through the OpenAI SDK, which signs its requests; the direct path is plain httpx
+    # litellm calls through the OpenAI SDK, which signs its requests; the direct path is plain urllib3
     assert any(h.startswith("x-stainless") for h in req.headers) == (path == "litellm")
 
 

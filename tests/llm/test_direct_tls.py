@@ -1,9 +1,11 @@
 """The direct client's transports (fugu_cli/llm/direct.py): a plain http:// worker is reached without the CA
 bundle being read (a launch's worth of time), and an https:// worker is verified as httpx always does: a
-self-signed server is refused unless the user trusts its certificate (SSL_CERT_FILE)."""
+self-signed server is refused unless the user trusts its certificate (SSL_CERT_FILE); proxies are taken from
+the environment."""
 
 from __future__ import annotations
 
+import socket
 import ssl
 import subprocess
 from pathlib import Path
@@ -11,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from fugu_cli.llm.direct import DirectClient
+from fugu_cli.llm.direct import DirectClient, HTTPStatusFault
 from fugu_cli.types import Worker
 from tests.loopback import LoopbackServer
 
@@ -90,3 +92,26 @@ def test_an_https_worker_is_verified(tmp_path: Path, monkeypatch: pytest.MonkeyP
         monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the user trusts this server's certificate
         reply = _call(url)
         assert reply["choices"][0]["message"]["content"]
+
+
+def test_the_environments_proxy_carries_the_call_unless_no_proxy_names_the_host(
+    loopback: LoopbackServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As httpx did: HTTP_PROXY is used for http:// workers (the request goes to the proxy, in absolute
+    form), and NO_PROXY exempts a host."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", loopback.url)  # the loopback plays the proxy: it only records
+    with pytest.raises(HTTPStatusFault, match=r"no route http://worker\.invalid/v1/chat/completions"):
+        _call("http://worker.invalid/v1")
+    assert [r.path for r in loopback.requests] == ["http://worker.invalid/v1/chat/completions"]
+
+    with LoopbackServer() as worker:
+        with socket.socket() as s:  # a proxy that is not there: the call must not go to it
+            s.bind(("127.0.0.1", 0))
+            dead = s.getsockname()[1]
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{dead}")
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        reply = _call(worker.base_url)
+        assert reply["choices"][0]["message"]["content"]
+        assert [r.path for r in worker.requests] == ["/v1/chat/completions"]
