@@ -3,7 +3,10 @@ in the same run: the same call made directly to the worker with the same client 
 
 - latency: added time per pass-through call (model `fugu`) over a direct call, median of N sequential calls,
   the router's own decision time (from the replies' `fugu.latency_ms`), and the CPU time the server process
-  spends per call (less moved by the machine's load than wall-clock times);
+  spends per call (less moved by the machine's load than wall-clock times); beside it a second floor, a
+  bare proxy on fugu's own stack (uvicorn, starlette, a worker thread, fugu's direct client asking the worker
+  for a stream as fugu does) with no routing, session or ledger: what any pass-through built like fugu's
+  pays before doing anything of its own;
 - throughput: requests/s at 1, 8 and 32 concurrent clients with a 0.2 s model delay, for the pass-through and
   for agent turns (`fugu-agent`, one session per client), against direct calls at the same concurrency;
 - sessions: the server's resident memory after a warm-up of new agent sessions (100: past the 64 it keeps
@@ -121,8 +124,64 @@ def _ask(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
 
 
+def bare_proxy(upstream: str, port: int) -> None:
+    """The second floor: a pass-through on fugu's stack that only forwards (`--bare-proxy`)."""
+    import anyio
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from fugu_cli.llm.direct import DirectClient
+    from fugu_cli.llm.forward import whole_from_chunks
+    from fugu_cli.types import Worker
+
+    client = DirectClient(120)
+    worker = Worker(name="gpt-5", model="openai/gpt-5", api_base=upstream)
+    stream = {"stream": True, "stream_options": {"include_usage": True}, "api_base": upstream}
+
+    def forward(body: dict[str, Any]) -> dict[str, Any]:
+        return whole_from_chunks(client.stream(worker, body | stream))
+
+    async def chat(request: Request) -> JSONResponse:
+        body = await request.json()
+        return JSONResponse(await anyio.to_thread.run_sync(forward, body))
+
+    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+    print("listening", flush=True)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+class BareProxy:
+    def __init__(self, upstream: str) -> None:
+        self.port = _free_port()
+        command = [sys.executable, str(Path(__file__).resolve()), "--bare-proxy", upstream, str(self.port)]
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        self.proc = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        assert self.proc.stdout is not None
+        if "listening" not in self.proc.stdout.readline():
+            raise SystemExit("the bare proxy did not start")
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        _settle(self.proc.pid)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
 def latency(served: Served, direct_url: str, calls: int) -> None:
-    direct, fugu = _client(direct_url), _client(served.url)
+    bare = BareProxy(direct_url)
+    try:
+        _latency(served, bare, direct_url, calls)
+    finally:
+        bare.stop()
+
+
+def _latency(served: Served, bare_proxy: BareProxy, direct_url: str, calls: int) -> None:
+    direct, fugu, bare = _client(direct_url), _client(served.url), _client(bare_proxy.url)
     decisions: list[float] = []
 
     def via_fugu(i: int) -> None:
@@ -132,15 +191,21 @@ def latency(served: Served, direct_url: str, calls: int) -> None:
     def straight(i: int) -> None:
         direct.chat.completions.create(model="gpt-5", messages=_ask(f"hello {i}"))
 
+    def via_bare(i: int) -> None:
+        bare.chat.completions.create(model="gpt-5", messages=_ask(f"hello {i}"))
+
     for warm in range(20):  # imports, first connections, the router's first decisions
         via_fugu(-warm)
         straight(-warm)
-    a, b = [], []
-    cpu = _cpu_s(served.proc.pid)
-    for i in range(calls):  # interleaved, so load on the machine hits both alike
+        via_bare(-warm)
+    a, b, c = [], [], []
+    cpu, cpu_bare = _cpu_s(served.proc.pid), _cpu_s(bare_proxy.proc.pid)
+    for i in range(calls):  # interleaved, so load on the machine hits all three alike
         a.append(_timed(straight, i))
         b.append(_timed(via_fugu, i))
+        c.append(_timed(via_bare, i))
     cpu_ms = (_cpu_s(served.proc.pid) - cpu) * 1000 / calls
+    cpu_bare_ms = (_cpu_s(bare_proxy.proc.pid) - cpu_bare) * 1000 / calls
     base, through = statistics.median(a), statistics.median(b)
     router = statistics.median(decisions[20:])
     print(f"latency, one non-streamed chat completion, openai SDK, N={calls} (median / p90):")
@@ -151,7 +216,12 @@ def latency(served: Served, direct_url: str, calls: int) -> None:
     )
     added = statistics.median([y - x for x, y in zip(a, b, strict=True)])
     print(f"  added, median of paired diffs  {added:+7.2f} ms")
+    bare_added = statistics.median([y - x for x, y in zip(a, c, strict=True)])
+    print(f"  a bare proxy on the same stack {bare_added:+7.2f} ms  (paired; the second floor)")
+    fugu_own = statistics.median([y - x for x, y in zip(c, b, strict=True)])
+    print(f"  fugu over the bare proxy       {fugu_own:+7.2f} ms  (paired)")
     print(f"  CPU time of the fugu serve process per call (all its threads): {cpu_ms:.2f} ms")
+    print(f"  CPU time of the bare proxy per call: {cpu_bare_ms:.2f} ms")
 
 
 def _timed(fn: Callable[[int], None], i: int) -> float:
@@ -251,8 +321,12 @@ def main() -> None:
         "providers do (fugu streams even a whole reply, to cut a silent worker), or ending by closing the "
         "connection, so that each of fugu's calls opens a new one (the benchmark before 2026-12-01 22:00)",
     )
+    parser.add_argument("--bare-proxy", nargs=2, metavar=("UPSTREAM", "PORT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
+    if args.bare_proxy:
+        bare_proxy(args.bare_proxy[0], int(args.bare_proxy[1]))
+        return
     from tests.loopback import LoopbackServer
 
     work = Path(tempfile.mkdtemp(prefix="fugu-bench-serve-"))
