@@ -2,8 +2,9 @@
 
 - start-up: launch → the first provider request reaching a loopback worker, for the learned router (the
   shipped checkpoint) and the prior. Floors: "python start + import torch + read the MiniLM weights" and
-  "python start + one HTTP request" (httpx, the client fugu posts with; the standard library's http.client is
-  shown too), each a process that then posts one request to the same loopback, timed the same way. Runs are
+  "python start + one HTTP request" (httpx, the client fugu posted with until 2026-12-02 and kept so that
+  figures compare across passes; fugu now posts with urllib3; the standard library's http.client is shown
+  too), each a process that then posts one request to the same loopback, timed the same way. Runs are
   interleaved (floor, fugu, floor, fugu...) so load on the machine hits both alike; medians and the median of
   the paired ratios are reported, with each process's peak RSS.
 - per step: fugu's own time per step near steps 10, 50 and 300 of one `fugu -p` task that calls a tool every
