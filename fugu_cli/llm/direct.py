@@ -83,20 +83,20 @@ class DirectClient:
                 manager = self._managers[key] = _pool_manager(scheme, proxy)
             return manager
 
-    def _send(self, worker: Worker, request: Mapping[str, Any], stream: bool) -> Any:
-        post = _post(worker, request)
-        response = self._manager(post["url"]).request(
+    def _send(self, url: str, body: bytes, headers: Mapping[str, str], stream: bool = False) -> Any:
+        """POST `body` to `url`: the response, whole unless `stream`; an error status raises."""
+        response = self._manager(url).request(
             "POST",
-            post["url"],
-            body=post["content"],
-            headers=post["headers"],
+            url,
+            body=body,
+            headers=dict(headers),
             timeout=self._timeout,
             retries=False,
             redirect=False,
             preload_content=not stream,
         )
         if response.status >= 400:
-            text = (response.data if not stream else response.read()).decode("utf-8", "replace")
+            text = (response.read() if stream else response.data).decode("utf-8", "replace")
             response.release_conn()
             raise HTTPStatusFault(response.status, text, response)
         return response
@@ -104,14 +104,14 @@ class DirectClient:
     def complete(self, worker: Worker, request: Mapping[str, Any]) -> dict[str, Any]:
         """The worker's chat.completion as JSON."""
         with _faults():
-            data: dict[str, Any] = json.loads(self._send(worker, request, stream=False).data)
+            data: dict[str, Any] = json.loads(self._send(**_post(worker, request)).data)
             return data
 
     def stream(self, worker: Worker, request: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         """The worker's chunks as JSON objects. The connection is open when this returns (a refusal raises
         here); closing the iterator closes it."""
         with _faults():
-            response = self._send(worker, request, stream=True)
+            response = self._send(**_post(worker, request), stream=True)
         if "json" in response.headers.get("content-type", ""):
             return _whole_as_chunk(response)
         return _chunks(response)
@@ -122,18 +122,7 @@ class DirectClient:
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         with _faults():
-            response = self._manager(url).request(
-                "POST",
-                url,
-                body=json.dumps(body).encode(),
-                headers=headers,
-                timeout=self._timeout,
-                retries=False,
-                redirect=False,
-            )
-            if response.status >= 400:
-                raise HTTPStatusFault(response.status, response.data.decode("utf-8", "replace"), response)
-            data: dict[str, Any] = json.loads(response.data)
+            data: dict[str, Any] = json.loads(self._send(url, json.dumps(body).encode(), headers).data)
             return data
 
 
@@ -142,7 +131,9 @@ def _pool_manager(scheme: str, proxy: str | None) -> Any:
     (about 50 ms of a launch that a local worker never needs); an https:// one verifies as httpx did."""
     import urllib3
 
-    options: dict[str, Any] = {"num_pools": 32, "maxsize": 64, "block": False}
+    # up to 256 connections kept per host (httpx's limit was 256 open, 64 kept): past its size, urllib3
+    # opens more but drops them after use, and says so in a warning that would reach the terminal
+    options: dict[str, Any] = {"num_pools": 32, "maxsize": 256, "block": False}
     if scheme == "https":
         options["ssl_context"] = _verifying_context()
     if proxy:
@@ -170,7 +161,7 @@ def _post(worker: Worker, request: Mapping[str, Any]) -> dict[str, Any]:
     if request.get("api_key"):
         headers["Authorization"] = f"Bearer {request['api_key']}"
     base = str(request.get("api_base") or OPENAI_BASE).rstrip("/")
-    return {"url": f"{base}/chat/completions", "content": json.dumps(body).encode(), "headers": headers}
+    return {"url": f"{base}/chat/completions", "body": json.dumps(body).encode(), "headers": headers}
 
 
 # after `[DONE]`, what a stream may still send before its end (blank lines, the chunked terminator) is read,
