@@ -13,9 +13,9 @@ import dataclasses
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from fugu_cli.calls.health import Condition, WorkerHealth
 from fugu_cli.errors import ContextOverflow, Interrupted, ProviderError
@@ -51,6 +51,13 @@ class Try:
     decision: RouteDecision
     number: int
     probe: bool = False
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """A wait before the next attempt at the same worker."""
+
+    seconds: float
 
 
 @dataclass(frozen=True)
@@ -126,6 +133,57 @@ class WorkerCall:
     def run(self, call: Call[T]) -> Answer[T]:
         """Route and attempt until a worker answers. Raises `AllFailed` when nobody is left and `Interrupted`
         when `call.cancel` is set; a failed attempt never raises anything else."""
+        plan = self._plan(call)
+        reply: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                op = plan.throw(error) if error is not None else plan.send(reply)
+            except StopIteration as done:
+                answer: Answer[T] = done.value
+                return answer
+            reply, error = None, None
+            try:
+                if isinstance(op, Try):
+                    reply = call.send(op)
+                else:
+                    _sleep(op.seconds, call.cancel)
+            except BaseException as e:
+                error = e
+
+    async def arun(self, call: Call[T], send: Callable[[Try], Awaitable[T]]) -> Answer[T]:
+        """`run` in an event loop: each attempt is `await send(attempt)` (`call.send` is not used), each
+        backoff an asyncio sleep. The same routing, retries, failover, rows and health as `run`."""
+        import asyncio  # here: a process that never serves from an event loop does not import it (~40 ms)
+
+        plan = self._plan(call)
+        reply: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                op = plan.throw(error) if error is not None else plan.send(reply)
+            except StopIteration as done:
+                answer: Answer[T] = done.value
+                return answer
+            reply, error = None, None
+            try:
+                if isinstance(op, Try):
+                    reply = await send(op)
+                else:
+                    await _asleep(op.seconds, call.cancel)
+            except asyncio.CancelledError:
+                if call.cancel is None or not call.cancel.is_set():
+                    raise
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()  # the call's own cancel: it ends as `Interrupted`, with its row
+                error = Interrupted("interrupted while waiting for a worker")
+            except BaseException as e:
+                error = e
+
+    def _plan(self, call: Call[T]) -> Generator[Try | Backoff, Any, Answer[T]]:
+        """The call's logic, without its waiting: yields each attempt (sent the attempt's value, or thrown
+        its error) and each backoff (sent None, or thrown `Interrupted`); returns the answer."""
         workers = {w.name: w for w in call.pool}
         failed = dict(call.failed)
         errors: list[ProviderError] = []
@@ -148,7 +206,7 @@ class WorkerCall:
                 call.routed(decision)
             clock = time.monotonic()
             try:
-                value, started = self._attempts(call, worker, decision, probe)
+                value, started = yield from self._attempts(call, worker, decision, probe)
             except ProviderError as e:
                 spent = (time.monotonic() - clock) * 1000.0
                 if call.failing is not None:
@@ -167,7 +225,7 @@ class WorkerCall:
 
     def _attempts(
         self, call: Call[T], worker: Worker, decision: RouteDecision, probe: bool
-    ) -> tuple[T, float]:
+    ) -> Generator[Try | Backoff, Any, tuple[T, float]]:
         """Attempt `worker` until it answers or its attempts are spent (one for a probe); each failed
         attempt is a ledger row. Raises the last attempt's error."""
         attempts = 1 if probe else self.retry.max_retries + 1
@@ -176,7 +234,8 @@ class WorkerCall:
             attempt = Try(worker, decision, number, probe)
             started = time.time()
             try:
-                return call.send(attempt), started
+                value: T = yield attempt
+                return value, started
             except Interrupted:
                 self._row(call, attempt, "interrupted", "", started)
                 raise
@@ -187,7 +246,7 @@ class WorkerCall:
                 self._row(call, attempt, status, str(e), started)
                 if not e.retryable or number == attempts:
                     raise
-                _sleep(self.retry.delay(number - 1, e), call.cancel)
+                yield Backoff(self.retry.delay(number - 1, e))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _row(self, call: Call[T], attempt: Try, status: str, text: str, started: float) -> None:
@@ -210,6 +269,18 @@ def _noted(decision: RouteDecision, cooling: Mapping[str, str], probed: str | No
 def _check(cancel: threading.Event | None) -> None:
     if cancel is not None and cancel.is_set():
         raise Interrupted("interrupted")
+
+
+async def _asleep(seconds: float, cancel: threading.Event | None) -> None:
+    """A backoff in the event loop, ended early (as `Interrupted`) when `cancel` is set."""
+    import asyncio
+
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        _check(cancel)
+        await asyncio.sleep(min(left, 0.05))
+    if cancel is not None and cancel.is_set():
+        raise Interrupted("interrupted during retry backoff")
 
 
 def _sleep(seconds: float, cancel: threading.Event | None) -> None:

@@ -5,21 +5,22 @@ One attempt per call, watched like the agent's (attempt.py): cancel, and the fir
 that takes the request and stays silent. Retrying and failing over are the worker-call service's
 (fugu_cli/calls). OpenAI-compatible workers are posted to directly (direct.py), and streamed even when the
 client asked for a whole reply (assembled here), so a silent one is cut as in the agent; every other provider
-goes through litellm. Parameters are never dropped silently: a provider that cannot take one makes a
+goes through litellm. `acomplete` is the same whole-reply attempt made from an event loop (aiohttp; OpenAI-
+compatible workers only). Parameters are never dropped silently: a provider that cannot take one makes a
 `RequestRejected`. litellm is reached through `load_litellm` only (prices included). Never prints.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from fugu_cli.errors import Interrupted, ProviderError, RequestRejected
-from fugu_cli.llm.attempt import Signals, watched
+from fugu_cli.llm.attempt import Signals, silent, watched
 from fugu_cli.llm.client import ClientConfig, endpoint, load_litellm, price_book
-from fugu_cli.llm.direct import DirectClient, is_openai_compatible
+from fugu_cli.llm.direct import AsyncDirect, DirectClient, is_openai_compatible
 from fugu_cli.llm.faults import attempt_error
 from fugu_cli.llm.parse import MalformedReply, usage_from
 from fugu_cli.llm.pricing import PriceBook
@@ -103,6 +104,7 @@ class Forwarder:
         self.config = config or ClientConfig()
         self.prices = price_book(self.config)
         self.direct = DirectClient(self.config.timeout_s)
+        self.adirect = AsyncDirect(self.config.timeout_s)
 
     def warm(self) -> None:
         load_litellm()
@@ -125,6 +127,43 @@ class Forwarder:
             return completion_json(load_litellm().completion(**self._litellm(request)))
 
         reply = self._attempt(worker, body, cancel)
+        usage, warning = self.prices.cost(worker, usage_from(reply.get("usage")))
+        return Forwarded(reply, usage, warning)
+
+    def in_loop(self, pool: Sequence[Worker], params: Mapping[str, Any]) -> bool:
+        """Whether a whole reply to `params` can be asked of any worker of `pool` from the event loop
+        (`acomplete`): each is OpenAI-compatible and asked for a stream, for one choice."""
+        if not self.config.stream or (params.get("n") or 1) != 1 or any(params.get(k) for k in _WHOLE_ONLY):
+            return False
+        return all(is_openai_compatible(w) for w in pool)
+
+    async def acomplete(
+        self, worker: Worker, params: Mapping[str, Any], cancel: threading.Event | None = None
+    ) -> Forwarded:
+        """`complete` from the event loop, for the requests `in_loop` accepts: the same request, first-byte
+        limit (the status line), faults and reply. A client that leaves cancels the task that awaits it."""
+        import asyncio
+
+        if cancel is not None and cancel.is_set():
+            raise Interrupted(f"interrupted while waiting for {worker.name}")
+        request = self._request(worker, params) | _STREAM
+        limit = self.config.first_byte_timeout_s
+        try:
+            try:
+                async with asyncio.timeout(limit) as first_byte:
+                    response = await self.adirect.open_stream(worker, request)
+            except TimeoutError:
+                if first_byte.expired():
+                    raise silent(worker, limit) from None
+                raise
+            chunks = await self.adirect.read_chunks(response)
+            if not chunks:
+                raise MalformedReply("the stream ended before its first chunk")
+            reply = whole_from_chunks([chunk_json(c) for c in chunks])
+        except (Interrupted, ProviderError):
+            raise
+        except Exception as exc:
+            raise attempt_error(worker, exc, self.config.timeout_s) from exc
         usage, warning = self.prices.cost(worker, usage_from(reply.get("usage")))
         return Forwarded(reply, usage, warning)
 

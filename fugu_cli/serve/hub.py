@@ -57,6 +57,10 @@ class Hub:
                 self._resolved = dataclasses.replace(resolved, routers=SharedRouter(resolved.routers))
             return self._resolved
 
+    def made_passthrough(self) -> PassThrough | None:
+        """The pass-through if it is made already (making it loads the router: not in the event loop)."""
+        return self._passthrough
+
     def passthrough(self) -> PassThrough:
         resolved = self.resolved()
         with self._lock:

@@ -4,7 +4,8 @@ through the worker-call service like every agent step (retries, the first-byte l
 cooling down after failing); each call is a step in the ledger (route decision, usage, cost, a row for every
 failed attempt) of a session found by the client's session header or by the conversation's prefix.
 
-Blocking code: the server runs it in worker threads. Never prints.
+Blocking code, run in worker threads, except `acomplete`: a whole reply from OpenAI-compatible workers routed
+by the prior, served from the event loop (its blocking parts are a few SQLite rows). Never prints.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fugu_cli.app import Resolved
-from fugu_cli.calls import Call, Exclusions
+from fugu_cli.calls import Answer, Call, Exclusions, Try
 from fugu_cli.errors import ProviderError
 from fugu_cli.ledger import Ledger, StepRecord
 from fugu_cli.llm.capability import fit
-from fugu_cli.llm.forward import Forwarder, ForwardStream
+from fugu_cli.llm.forward import Forwarded, Forwarder, ForwardStream
 from fugu_cli.llm.parse import StreamAssembler
 from fugu_cli.router import Router
 from fugu_cli.router.prior import PriorRouter
@@ -103,6 +104,7 @@ class PassThrough:
         self._table = threading.Lock()
         self.conversations = Conversations()
         self._pool_json = json.dumps([dataclasses.asdict(w) for w in resolved.pool])
+        self.served_in_loop = 0  # whole replies served from the event loop (`acomplete`): diagnostics, tests
 
     # sessions
 
@@ -156,6 +158,32 @@ class PassThrough:
         session = self.session_for(req)
         send = self.forwarder.complete
         call, reply = self._failover(req, session, cancel, lambda w, params: send(w, params, cancel))
+        return self._completed(req, session, call, reply)
+
+    def in_loop(self, req: ChatRequest) -> bool:
+        """Whether `acomplete` may serve this request from the event loop: a whole reply, every worker
+        reached directly, and a router whose decision costs no more than a SQLite row (the prior's; a
+        learned router reads the transcript with a transformer, milliseconds of CPU, in a worker thread)."""
+        cheap = isinstance(getattr(self.router, "router", self.router), PriorRouter)  # serve batches it
+        return cheap and self.forwarder.in_loop(self.resolved.pool, req.params)
+
+    async def acomplete(self, req: ChatRequest, cancel: threading.Event) -> dict[str, Any]:
+        """`complete` in the event loop, for the requests `in_loop` accepts: the same routing, retries,
+        failover, rows and reply. Its blocking parts (the store's rows, the prior's decision) are short."""
+        self.served_in_loop += 1
+        session = self.session_for(req)
+        none: Callable[[Worker, dict[str, Any]], Forwarded] | None = None
+        call, prepared = self._call(req, session, cancel, none)
+        send = self.forwarder.acomplete
+        answer = await self.calls.arun(
+            call, lambda attempt: send(attempt.worker, self._params(req, attempt.worker), cancel)
+        )
+        routed, reply = prepared(answer)
+        return self._completed(req, session, routed, reply)
+
+    def _completed(
+        self, req: ChatRequest, session: PassSession, call: Routed, reply: Forwarded
+    ) -> dict[str, Any]:
         choices = reply.body.get("choices") or [{}]
         message = choices[0].get("message") or {}
         self._record(call, reply.usage, "ok", _summary(message))
@@ -180,28 +208,53 @@ class PassThrough:
         """Route and `send` (the request's parameters with the optional ones this worker takes) through the
         worker-call service until a worker answers (raises `AllFailed` once none is left); every failed
         attempt is a ledger row of this step."""
+        call, prepared = self._call(req, session, cancel, send)
+        return prepared(self.calls.run(call))
+
+    def _call(
+        self,
+        req: ChatRequest,
+        session: PassSession,
+        cancel: threading.Event,
+        send: Callable[[Worker, dict[str, Any]], T] | None,
+    ) -> tuple[Call[T], Callable[[Answer[T]], tuple[Routed, T]]]:
+        """The worker-call service's call for this request (`send` None: the caller sends, as `arun`
+        does), and what makes its answer a `Routed` call."""
         self._check_worker(req)
         turn = max(1, sum(1 for m in req.messages if m.get("role") == "user"))
         step = session.next_step(turn)
         cooling = {n: c.left_s(time.time()) for n, c in self.calls.health.cooling(self.resolved.pool).items()}
-        answer = self.calls.run(
-            Call(
-                pool=self.resolved.pool,
-                route=lambda ex: self._route(req, session, step, ex),
-                send=lambda attempt: send(attempt.worker, req.params | fit(attempt.worker, req.optional)[0]),
-                ledger=Ledger(self.store, session.id).turn(turn),
-                step=step,
-                cancel=cancel,
+
+        def sent(attempt: Try) -> T:
+            if send is None:
+                raise AssertionError("this call's attempts are sent by its caller")
+            return send(attempt.worker, self._params(req, attempt.worker))
+
+        call = Call(
+            pool=self.resolved.pool,
+            route=lambda ex: self._route(req, session, step, ex),
+            send=sent,
+            ledger=Ledger(self.store, session.id).turn(turn),
+            step=step,
+            cancel=cancel,
+        )
+
+        def prepared(answer: Answer[T]) -> tuple[Routed, T]:
+            worker = answer.worker
+            skipped = tuple((n, left) for n, left in cooling.items() if n != worker.name)
+            left_out = fit(worker, req.optional)[1]
+            dropped = (*req.notes, *(f"{p}: {worker.name} does not take it" for p in left_out))
+            routed = Routed(
+                session, answer.decision, worker, turn, step, answer.started, answer.failed, skipped, dropped
             )
-        )
-        worker = answer.worker
-        skipped = tuple((n, left) for n, left in cooling.items() if n != worker.name)
-        left_out = fit(worker, req.optional)[1]
-        dropped = (*req.notes, *(f"{p}: {worker.name} does not take it" for p in left_out))
-        routed = Routed(
-            session, answer.decision, worker, turn, step, answer.started, answer.failed, skipped, dropped
-        )
-        return routed, answer.value
+            return routed, answer.value
+
+        return call, prepared
+
+    @staticmethod
+    def _params(req: ChatRequest, worker: Worker) -> dict[str, Any]:
+        """The request's parameters with the optional ones this worker takes."""
+        return req.params | fit(worker, req.optional)[0]
 
     def _relay(self, req: ChatRequest, call: Routed, opened: ForwardStream) -> Iterator[dict[str, Any]]:
         """The worker's chunks, then one usage chunk (no choices) with fugu's cost; recorded at the end."""

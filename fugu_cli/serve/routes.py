@@ -18,7 +18,7 @@ from fugu_cli.events import Event
 from fugu_cli.serve.hub import Hub
 from fugu_cli.serve.params import ChatRequest, parse_chat
 from fugu_cli.serve.passthrough import Routed
-from fugu_cli.serve.sse import EventStream, drain, from_thread, run_blocking, sse
+from fugu_cli.serve.sse import EventStream, drain, from_thread, run_blocking, run_here, sse
 from fugu_cli.serve.turns import Finished, Slot
 from fugu_cli.serve.wire import (
     ApiError,
@@ -156,7 +156,10 @@ async def _pass_chat(request: Request, req: ChatRequest) -> Response:
 async def pass_whole(request: Request, req: ChatRequest) -> dict[str, Any]:
     """The pass-through's whole chat.completion (with its `fugu` field)."""
     hub = _hub(request)
+    made = hub.made_passthrough()
     with hub.running() as cancel:
+        if made is not None and made.in_loop(req):  # no worker thread: about 1 ms less a call (BENCHMARKS.md)
+            return await run_here(request.receive, made.acomplete(req, cancel), cancel)
         body: dict[str, Any] = await _blocking(
             request, lambda: hub.passthrough().complete(req, cancel), cancel
         )

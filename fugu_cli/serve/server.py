@@ -41,6 +41,7 @@ class _Uvicorn(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.hub.stop()
         await super().shutdown(sockets)
+        await self.hub.forwarder.adirect.close()  # the event loop's HTTP session, if one was made
 
 
 class FuguServer:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import anyio
@@ -41,6 +41,22 @@ async def run_blocking(
     watcher = asyncio.ensure_future(_watch(receive, cancel))
     try:
         return await anyio.to_thread.run_sync(fn, limiter=limiter)
+    finally:
+        watcher.cancel()
+
+
+async def run_here(receive: Receive, work: Awaitable[T], cancel: threading.Event) -> T:
+    """`work` in the event loop itself; a client that disconnects meanwhile sets `cancel` and cancels it
+    (an attempt it was waiting for ends as `Interrupted`)."""
+    task = asyncio.ensure_future(work)
+
+    async def watch() -> None:
+        await _watch(receive, cancel)
+        task.cancel()
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        return await task
     finally:
         watcher.cancel()
 

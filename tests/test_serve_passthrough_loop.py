@@ -1,0 +1,137 @@
+"""The pass-through's whole replies served from the event loop (`PassThrough.acomplete`, the path `fugu serve`
+takes once its router is loaded, with the prior router and OpenAI-compatible workers): the same retries,
+failover, first-byte limit, cancellation and ledger rows as the worker-thread path, through the openai SDK
+against loopback workers."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import openai
+import pytest
+
+from fugu_cli.serve import FuguServer
+from fugu_cli.serve.params import ChatRequest, parse_chat
+from fugu_cli.serve.passthrough import PassThrough
+from tests.loopback import LoopbackServer, SilentServer
+from tests.serve_kit import KEY, Serve, ask, pool_file, rows
+
+
+def _loop_server(serve: Serve, pool: Path) -> tuple[FuguServer, PassThrough]:
+    """A server whose pass-through is made, as `fugu serve` makes it right after it starts listening."""
+    server = serve(pool)
+    passthrough = server.hub.passthrough()
+    assert passthrough.in_loop(_request())
+    return server, passthrough
+
+
+def _request() -> ChatRequest:
+    return parse_chat(ask("hi"))
+
+
+def _client(url: str, **kw: object) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url, api_key=KEY, max_retries=0, **kw)  # type: ignore[arg-type]
+
+
+def _config(text: str) -> None:
+    (Path(os.environ["FUGU_HOME"]) / "config.toml").write_text(text)
+
+
+def test_retries_honour_retry_after_then_failover_then_all_failed(
+    tmp_path: Path, loopback: LoopbackServer, serve: Serve
+) -> None:
+    _config("[llm]\nmax_retries = 1\n")
+    loopback.script("alpha", [{"fault": 429, "retry_after": 0.4}, {"fault": 500}])
+    loopback.script("beta", ["beta saved it", {"fault": 400}])
+    server, passthrough = _loop_server(serve, pool_file(tmp_path, loopback, "alpha", "beta"))
+    client = _client(server.url)
+
+    saved = client.chat.completions.create(model="fugu", messages=[{"role": "user", "content": "hi"}])
+    assert saved.choices[0].message.content == "beta saved it"
+    assert saved.model_extra is not None
+    fugu = saved.model_extra["fugu"]
+    assert fugu["failed"] == ["alpha"] and fugu["source"] == "fallback" and fugu["worker"] == "beta"
+    posts = [r for r in loopback.requests if r.method == "POST"]
+    assert [r.model for r in posts] == ["alpha", "alpha", "beta"]
+    assert posts[1].arrived - posts[0].finished >= 0.35  # type: ignore[operator]  # Retry-After honoured
+
+    with pytest.raises(openai.APIStatusError) as failed:  # alpha cools down; beta refuses the request
+        client.chat.completions.create(model="fugu", messages=[{"role": "user", "content": "again"}])
+    assert failed.value.status_code == 502 and failed.value.response.headers["x-should-retry"] == "false"
+    assert "alpha cooling down" in failed.value.message and "beta" in failed.value.message
+    assert "(after 2 attempts)" in failed.value.message  # alpha's retry, as the worker-thread path words it
+    assert passthrough.served_in_loop == 2
+    statuses = [s for (s,) in rows("SELECT status FROM steps ORDER BY rowid")]
+    assert statuses == ["provider_error", "provider_error", "ok", "provider_error"]
+    routes = rows("SELECT worker, source FROM route_decisions ORDER BY rowid")
+    assert routes[:2] == [("alpha", "prior"), ("beta", "fallback")]
+
+
+def test_a_silent_worker_is_cut_at_the_first_byte_limit_and_the_other_answers(
+    tmp_path: Path, loopback: LoopbackServer, serve: Serve
+) -> None:
+    _config("[llm]\nmax_retries = 2\nfirst_byte_timeout_s = 0.5\n")
+    silent = SilentServer()
+    try:
+        pool = pool_file(tmp_path, loopback, "alpha", "beta")
+        pool.write_text(pool.read_text().replace(loopback.base_url, silent.base_url, 1))  # alpha is silent
+        server, passthrough = _loop_server(serve, pool)
+        start = time.monotonic()
+        reply = _client(server.url, timeout=30).chat.completions.create(
+            model="fugu", messages=[{"role": "user", "content": "hi"}]
+        )
+        took = time.monotonic() - start
+    finally:
+        silent.close()
+    assert reply.choices[0].message.content and reply.model_extra is not None
+    assert reply.model_extra["fugu"]["worker"] == "beta" and reply.model_extra["fugu"]["failed"] == ["alpha"]
+    assert 0.5 <= took < 5.0 and silent.posts == 1  # cut once, not retried (silence is not retried)
+    (text,) = [t for (s, t) in rows("SELECT status, text FROM steps ORDER BY rowid") if s == "provider_error"]
+    assert "sent nothing for 0.5 s" in text
+    assert passthrough.served_in_loop == 1
+
+
+def test_a_client_that_leaves_cuts_the_call_and_leaves_an_interrupted_row(
+    tmp_path: Path, loopback: LoopbackServer, serve: Serve
+) -> None:
+    loopback.script("alpha", [{"content": "too late", "delay_s": 5}, "next"])
+    server, passthrough = _loop_server(serve, pool_file(tmp_path, loopback, "alpha"))
+    with pytest.raises(openai.APITimeoutError):
+        _client(server.url, timeout=0.5).chat.completions.create(
+            model="fugu", messages=[{"role": "user", "content": "hi"}]
+        )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not rows("SELECT 1 FROM steps WHERE status = 'interrupted'"):
+        time.sleep(0.05)
+    assert rows("SELECT status FROM steps ORDER BY rowid") == [("interrupted",)]
+    # the server goes on serving: the next call is answered at once, not after the first one's 5 s
+    start = time.monotonic()
+    reply = _client(server.url).chat.completions.create(
+        model="fugu", messages=[{"role": "user", "content": "again"}]
+    )
+    assert reply.choices[0].message.content == "next" and time.monotonic() - start < 3.0
+    assert passthrough.served_in_loop == 2
+
+
+def test_the_loop_and_the_worker_thread_leave_the_same_rows(
+    tmp_path: Path, loopback: LoopbackServer, serve: Serve
+) -> None:
+    """The first call of an in-process server goes through a worker thread (its pass-through is not made
+    yet); the second, made the same way, is served from the loop: the same reply shape and ledger rows."""
+    loopback.script("alpha", ["one", "two"])
+    server = serve(pool_file(tmp_path, loopback, "alpha"))
+    client = _client(server.url)
+    first = client.chat.completions.create(model="fugu", messages=[{"role": "user", "content": "a"}])
+    passthrough = server.hub.made_passthrough()
+    assert passthrough is not None and passthrough.served_in_loop == 0
+    second = client.chat.completions.create(model="fugu", messages=[{"role": "user", "content": "b"}])
+    assert passthrough.served_in_loop == 1
+    assert first.model_extra is not None and second.model_extra is not None
+    a, b = first.model_extra["fugu"], second.model_extra["fugu"]
+    assert set(a) == set(b) and a["worker"] == b["worker"] == "alpha" and a["cost_usd"] == b["cost_usd"]
+    assert (first.usage, first.choices[0].finish_reason) == (second.usage, second.choices[0].finish_reason)
+    steps = rows("SELECT session_id, turn, step, worker, status, text FROM steps ORDER BY rowid")
+    assert [s[1:] for s in steps] == [(1, 1, "alpha", "ok", "one"), (1, 1, "alpha", "ok", "two")]
+    assert [s for (s,) in rows("SELECT source FROM route_decisions ORDER BY rowid")] == ["prior", "prior"]
