@@ -4,9 +4,9 @@ in the same run: the same call made directly to the worker with the same client 
 - latency: added time per pass-through call (model `fugu`) over a direct call, median of N sequential calls,
   the router's own decision time (from the replies' `fugu.latency_ms`), and the CPU time the server process
   spends per call (less moved by the machine's load than wall-clock times); beside it a second floor, a
-  bare proxy on fugu's own stack (uvicorn, starlette, a worker thread, fugu's direct client asking the worker
-  for a stream as fugu does) with no routing, session or ledger: what any pass-through built like fugu's
-  pays before doing anything of its own;
+  bare proxy on fugu's own stack (uvicorn, starlette, fugu's event-loop client asking the worker for a
+  stream as fugu does) with no routing, session or ledger: what any pass-through built like fugu's pays
+  before doing anything of its own;
 - throughput: requests/s at 1, 8 and 32 concurrent clients with a 0.2 s model delay, for the pass-through and
   for agent turns (`fugu-agent`, one session per client), against direct calls at the same concurrency;
 - sessions: the server's resident memory after a warm-up of new agent sessions (100: past the 64 it keeps
@@ -125,28 +125,26 @@ def _ask(text: str) -> list[dict[str, str]]:
 
 
 def bare_proxy(upstream: str, port: int) -> None:
-    """The second floor: a pass-through on fugu's stack that only forwards (`--bare-proxy`)."""
-    import anyio
+    """The second floor: a pass-through on fugu's stack that only forwards (`--bare-proxy`): fugu's own
+    event-loop client asking for a stream, as `fugu serve` asks for a whole reply from the prior's pool."""
     import uvicorn
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    from fugu_cli.llm.direct import DirectClient
+    from fugu_cli.llm.direct import AsyncDirect
     from fugu_cli.llm.forward import whole_from_chunks
     from fugu_cli.types import Worker
 
-    client = DirectClient(120)
+    client = AsyncDirect(120)
     worker = Worker(name="gpt-5", model="openai/gpt-5", api_base=upstream)
     stream = {"stream": True, "stream_options": {"include_usage": True}, "api_base": upstream}
 
-    def forward(body: dict[str, Any]) -> dict[str, Any]:
-        return whole_from_chunks(client.stream(worker, body | stream))
-
     async def chat(request: Request) -> JSONResponse:
         body = await request.json()
-        return JSONResponse(await anyio.to_thread.run_sync(forward, body))
+        response = await client.open_stream(worker, body | stream)
+        return JSONResponse(whole_from_chunks(await client.read_chunks(response)))
 
     app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
     print("listening", flush=True)
