@@ -137,11 +137,9 @@ class WorkerCall:
         reply: Any = None
         error: BaseException | None = None
         while True:
-            try:
-                op = plan.throw(error) if error is not None else plan.send(reply)
-            except StopIteration as done:
-                answer: Answer[T] = done.value
-                return answer
+            op = _advance(plan, reply, error)
+            if isinstance(op, Answer):
+                return op
             reply, error = None, None
             try:
                 if isinstance(op, Try):
@@ -160,11 +158,9 @@ class WorkerCall:
         reply: Any = None
         error: BaseException | None = None
         while True:
-            try:
-                op = plan.throw(error) if error is not None else plan.send(reply)
-            except StopIteration as done:
-                answer: Answer[T] = done.value
-                return answer
+            op = _advance(plan, reply, error)
+            if isinstance(op, Answer):
+                return op
             reply, error = None, None
             try:
                 if isinstance(op, Try):
@@ -252,6 +248,17 @@ class WorkerCall:
     def _row(self, call: Call[T], attempt: Try, status: str, text: str, started: float) -> None:
         if call.ledger is not None:
             call.ledger.step(StepRecord(call.step, attempt.decision, status, Usage(), text, started))
+
+
+def _advance(
+    plan: Generator[Try | Backoff, Any, Answer[T]], reply: Any, error: BaseException | None
+) -> Try | Backoff | Answer[T]:
+    """The plan's next step, given the last one's value or error: an attempt, a backoff, or its answer."""
+    try:
+        return plan.throw(error) if error is not None else plan.send(reply)
+    except StopIteration as done:
+        answer: Answer[T] = done.value
+        return answer
 
 
 def _noted(decision: RouteDecision, cooling: Mapping[str, str], probed: str | None) -> RouteDecision:
