@@ -13,7 +13,7 @@ import dataclasses
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -149,9 +149,9 @@ class WorkerCall:
             except BaseException as e:
                 error = e
 
-    async def arun(self, call: Call[T], send: Callable[[Try], Awaitable[T]]) -> Answer[T]:
-        """`run` in an event loop: each attempt is `await send(attempt)` (`call.send` is not used), each
-        backoff an asyncio sleep. The same routing, retries, failover, rows and health as `run`."""
+    async def arun(self, call: Call[Coroutine[Any, Any, T]]) -> Answer[T]:
+        """`run` in an event loop: each attempt is `await call.send(attempt)`, each backoff an asyncio sleep.
+        The same routing, retries, failover, rows and health as `run`."""
         import asyncio  # here: a process that never serves from an event loop does not import it (~40 ms)
 
         plan = self._plan(call)
@@ -164,7 +164,7 @@ class WorkerCall:
             reply, error = None, None
             try:
                 if isinstance(op, Try):
-                    reply = await send(op)
+                    reply = await call.send(op)
                 else:
                     await _asleep(op.seconds, call.cancel)
             except asyncio.CancelledError:
@@ -177,7 +177,7 @@ class WorkerCall:
             except BaseException as e:
                 error = e
 
-    def _plan(self, call: Call[T]) -> Generator[Try | Backoff, Any, Answer[T]]:
+    def _plan(self, call: Call[Any]) -> Generator[Try | Backoff, Any, Answer[Any]]:
         """The call's logic, without its waiting: yields each attempt (sent the attempt's value, or thrown
         its error) and each backoff (sent None, or thrown `Interrupted`); returns the answer."""
         workers = {w.name: w for w in call.pool}
@@ -220,8 +220,8 @@ class WorkerCall:
             return Answer(value, decision, worker, started, spent, fresh)
 
     def _attempts(
-        self, call: Call[T], worker: Worker, decision: RouteDecision, probe: bool
-    ) -> Generator[Try | Backoff, Any, tuple[T, float]]:
+        self, call: Call[Any], worker: Worker, decision: RouteDecision, probe: bool
+    ) -> Generator[Try | Backoff, Any, tuple[Any, float]]:
         """Attempt `worker` until it answers or its attempts are spent (one for a probe); each failed
         attempt is a ledger row. Raises the last attempt's error."""
         attempts = 1 if probe else self.retry.max_retries + 1
@@ -230,7 +230,7 @@ class WorkerCall:
             attempt = Try(worker, decision, number, probe)
             started = time.time()
             try:
-                value: T = yield attempt
+                value = yield attempt
                 return value, started
             except Interrupted:
                 self._row(call, attempt, "interrupted", "", started)
@@ -251,13 +251,13 @@ class WorkerCall:
 
 
 def _advance(
-    plan: Generator[Try | Backoff, Any, Answer[T]], reply: Any, error: BaseException | None
-) -> Try | Backoff | Answer[T]:
+    plan: Generator[Try | Backoff, Any, Answer[Any]], reply: Any, error: BaseException | None
+) -> Try | Backoff | Answer[Any]:
     """The plan's next step, given the last one's value or error: an attempt, a backoff, or its answer."""
     try:
         return plan.throw(error) if error is not None else plan.send(reply)
     except StopIteration as done:
-        answer: Answer[T] = done.value
+        answer: Answer[Any] = done.value
         return answer
 
 

@@ -191,22 +191,35 @@ def _lines(response: Any) -> Iterator[str]:
         yield pending.rstrip(b"\r").decode("utf-8", "replace")
 
 
+_DONE: dict[str, Any] = {}  # what `_event` says of `data: [DONE]`
+
+
+def _event(line: str, response: Any) -> dict[str, Any] | None:
+    """One line of a stream: its chunk, `_DONE`, or None (not a data line). An error sent as an event
+    raises, as an error status would."""
+    if not line.startswith("data:"):
+        return None
+    payload = line[5:].strip()
+    if payload == "[DONE]":
+        return _DONE
+    data = json.loads(payload)
+    if isinstance(data, dict) and "error" in data and "choices" not in data:
+        raise HTTPStatusFault(500, payload, response)
+    return data  # type: ignore[no-any-return]
+
+
 def _chunks(response: Any) -> Iterator[dict[str, Any]]:
     ended = False
     try:
         with _faults():
             lines = _lines(response)
             for line in lines:
-                if not line.startswith("data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == "[DONE]":
+                data = _event(line, response)
+                if data is _DONE:
                     ended = _drain(response, lines)
                     return
-                data = json.loads(payload)
-                if isinstance(data, dict) and "error" in data and "choices" not in data:
-                    raise HTTPStatusFault(500, payload, response)
-                yield data
+                if data is not None:
+                    yield data
     finally:
         if ended:
             response.release_conn()  # read to its end: the connection serves the next call
@@ -237,10 +250,16 @@ def _whole_as_chunk(response: Any) -> Iterator[dict[str, Any]]:
     """A server that ignores `stream` and sends the whole completion: the same reply as one chunk."""
     try:
         with _faults():
-            data = json.loads(response.read())
+            raw = response.read()
         response.release_conn()
     finally:
         response.close()
+    yield _as_chunk(raw)
+
+
+def _as_chunk(raw: bytes) -> dict[str, Any]:
+    """A whole chat.completion's body as the one chunk that says the same."""
+    data = json.loads(raw)
     if not isinstance(data, dict):
         raise ValueError(f"not a chat completion: {str(data)[:200]}")
     choices = [
@@ -248,7 +267,7 @@ def _whole_as_chunk(response: Any) -> Iterator[dict[str, Any]]:
         for i, c in enumerate(data.get("choices") or [])
         if isinstance(c, dict)
     ]
-    yield data | {"choices": choices}
+    return data | {"choices": choices}
 
 
 class _faults:
@@ -330,45 +349,23 @@ class AsyncDirect:
         async with _async_faults():
             try:
                 if "json" in response.headers.get("content-type", ""):
-                    return list(_whole_as_chunk(_Body(await response.read())))
+                    return [_as_chunk(await response.read())]
                 chunks: list[dict[str, Any]] = []
                 after = 0  # lines read after `[DONE]`: to the body's end, so the connection is kept
                 async for raw in response.content:
-                    line = raw.decode("utf-8", "replace").strip()
                     if after:
                         after += 1
                         if after > _AFTER_DONE_LINES:
                             break  # a server that goes on after its reply: the connection is closed
                         continue
-                    if not line.startswith("data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == "[DONE]":
+                    data = _event(raw.decode("utf-8", "replace").strip(), response)
+                    if data is _DONE:
                         after = 1
-                        continue
-                    data = json.loads(payload)
-                    if isinstance(data, dict) and "error" in data and "choices" not in data:
-                        raise HTTPStatusFault(500, payload, response)
-                    chunks.append(data)
+                    elif data is not None:
+                        chunks.append(data)
                 return chunks
             finally:
                 response.release()
-
-
-class _Body:
-    """A whole body already read, shaped as `_whole_as_chunk` reads a response."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def read(self) -> bytes:
-        return self.data
-
-    def release_conn(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 class _async_faults:

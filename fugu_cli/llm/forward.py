@@ -115,8 +115,7 @@ class Forwarder:
     ) -> Forwarded:
         """`params`: the request's messages, tools and parameters (no model, no stream)."""
         request = self._request(worker, params)
-        streamed = self.config.stream and is_openai_compatible(worker)
-        streamed = streamed and (params.get("n") or 1) == 1 and not any(params.get(k) for k in _WHOLE_ONLY)
+        streamed = self._streams_whole(params) and is_openai_compatible(worker)
 
         def body(signals: Signals) -> dict[str, Any]:
             signals.sent(streamed)
@@ -133,9 +132,13 @@ class Forwarder:
     def in_loop(self, pool: Sequence[Worker], params: Mapping[str, Any]) -> bool:
         """Whether a whole reply to `params` can be asked of any worker of `pool` from the event loop
         (`acomplete`): each is OpenAI-compatible and asked for a stream, for one choice."""
-        if not self.config.stream or (params.get("n") or 1) != 1 or any(params.get(k) for k in _WHOLE_ONLY):
-            return False
-        return all(is_openai_compatible(w) for w in pool)
+        return self._streams_whole(params) and all(is_openai_compatible(w) for w in pool)
+
+    def _streams_whole(self, params: Mapping[str, Any]) -> bool:
+        """Whether a whole reply to `params` is asked of an OpenAI-compatible worker as a stream (so that a
+        silent one is cut): streaming is on, one choice, nothing only a whole reply carries."""
+        one = (params.get("n") or 1) == 1
+        return self.config.stream and one and not any(params.get(k) for k in _WHOLE_ONLY)
 
     async def acomplete(
         self, worker: Worker, params: Mapping[str, Any], cancel: threading.Event | None = None

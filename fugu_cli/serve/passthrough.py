@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fugu_cli.app import Resolved
-from fugu_cli.calls import Answer, Call, Exclusions, Try
+from fugu_cli.calls import Answer, Call, Exclusions
 from fugu_cli.errors import ProviderError
 from fugu_cli.ledger import Ledger, StepRecord
 from fugu_cli.llm.capability import fit
@@ -164,7 +164,7 @@ class PassThrough:
         """Whether `acomplete` may serve this request from the event loop: a whole reply, every worker
         reached directly, and a router whose decision costs no more than a SQLite row (the prior's; a
         learned router reads the transcript with a transformer, milliseconds of CPU, in a worker thread)."""
-        cheap = isinstance(getattr(self.router, "router", self.router), PriorRouter)  # serve batches it
+        cheap = self.router.name == PriorRouter.name  # serve's batching wrapper carries its router's name
         return cheap and self.forwarder.in_loop(self.resolved.pool, req.params)
 
     async def acomplete(self, req: ChatRequest, cancel: threading.Event) -> dict[str, Any]:
@@ -172,14 +172,10 @@ class PassThrough:
         failover, rows and reply. Its blocking parts (the store's rows, the prior's decision) are short."""
         self.served_in_loop += 1
         session = self.session_for(req)
-        none: Callable[[Worker, dict[str, Any]], Forwarded] | None = None
-        call, prepared = self._call(req, session, cancel, none)
         send = self.forwarder.acomplete
-        answer = await self.calls.arun(
-            call, lambda attempt: send(attempt.worker, self._params(req, attempt.worker), cancel)
-        )
-        routed, reply = prepared(answer)
-        return self._completed(req, session, routed, reply)
+        call, routed = self._call(req, session, cancel, lambda w, params: send(w, params, cancel))
+        answer = await self.calls.arun(call)
+        return self._completed(req, session, routed(answer), answer.value)
 
     def _completed(
         self, req: ChatRequest, session: PassSession, call: Routed, reply: Forwarded
@@ -208,48 +204,41 @@ class PassThrough:
         """Route and `send` (the request's parameters with the optional ones this worker takes) through the
         worker-call service until a worker answers (raises `AllFailed` once none is left); every failed
         attempt is a ledger row of this step."""
-        call, prepared = self._call(req, session, cancel, send)
-        return prepared(self.calls.run(call))
+        call, routed = self._call(req, session, cancel, send)
+        answer = self.calls.run(call)
+        return routed(answer), answer.value
 
     def _call(
         self,
         req: ChatRequest,
         session: PassSession,
         cancel: threading.Event,
-        send: Callable[[Worker, dict[str, Any]], T] | None,
-    ) -> tuple[Call[T], Callable[[Answer[T]], tuple[Routed, T]]]:
-        """The worker-call service's call for this request (`send` None: the caller sends, as `arun`
-        does), and what makes its answer a `Routed` call."""
+        send: Callable[[Worker, dict[str, Any]], T],
+    ) -> tuple[Call[T], Callable[[Answer[Any]], Routed]]:
+        """The worker-call service's call for this request, and what makes its answer a `Routed` call."""
         self._check_worker(req)
         turn = max(1, sum(1 for m in req.messages if m.get("role") == "user"))
         step = session.next_step(turn)
         cooling = {n: c.left_s(time.time()) for n, c in self.calls.health.cooling(self.resolved.pool).items()}
-
-        def sent(attempt: Try) -> T:
-            if send is None:
-                raise AssertionError("this call's attempts are sent by its caller")
-            return send(attempt.worker, self._params(req, attempt.worker))
-
         call = Call(
             pool=self.resolved.pool,
             route=lambda ex: self._route(req, session, step, ex),
-            send=sent,
+            send=lambda attempt: send(attempt.worker, self._params(req, attempt.worker)),
             ledger=Ledger(self.store, session.id).turn(turn),
             step=step,
             cancel=cancel,
         )
 
-        def prepared(answer: Answer[T]) -> tuple[Routed, T]:
+        def routed(answer: Answer[Any]) -> Routed:
             worker = answer.worker
             skipped = tuple((n, left) for n, left in cooling.items() if n != worker.name)
             left_out = fit(worker, req.optional)[1]
             dropped = (*req.notes, *(f"{p}: {worker.name} does not take it" for p in left_out))
-            routed = Routed(
+            return Routed(
                 session, answer.decision, worker, turn, step, answer.started, answer.failed, skipped, dropped
             )
-            return routed, answer.value
 
-        return call, prepared
+        return call, routed
 
     @staticmethod
     def _params(req: ChatRequest, worker: Worker) -> dict[str, Any]:
