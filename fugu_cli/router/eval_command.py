@@ -216,10 +216,17 @@ def baseline_data(
                 f"the data {meta.training.get('data', 'it')} trained on is not here ({where}): best single "
                 "from the checkpoint's own training figures; kNN and logreg left out (pass --train-data DIR)"
             )
+        # a set whose recorded workers include none judged would only add rows `complete` drops below: not
+        # read at all (the shipped checkpoint's five sets, for two of its workers, are one set to read)
+        judged = set(test.workers)
+        kept = [r for r in refs if _may_share(r, names, judged)] or refs[:1]
         parts = [
             split_matrix(Source.from_json(r).load(names), SplitSpec.parse(str(r["split"]))).train
-            for r in refs
+            for r in kept
         ]
+        if len(refs) > 1:  # named as all of them, as when every one is read
+            whole = "+".join(str(r.get("name") or "") for r in refs) if len(kept) < len(refs) else ""
+            parts = [stack(parts, name=whole)]
     train = parts[0] if len(parts) == 1 else stack(parts)
     workers = [w for w in test.workers if w in train.workers]
     if not workers and not given:
@@ -280,6 +287,15 @@ def escalation_part(
         return None
     cost = router.cost if router.cost.ndim == 1 else router.cost.mean(axis=0)
     return part_for(test, policy, known, router.head, router.shrinks, cost, source)
+
+
+def _may_share(ref: dict[str, Any], names: dict[str, str], judged: set[str]) -> bool:
+    """Whether the recorded source `ref` may measure a judged worker: true unless it records its workers
+    (checkpoints from before it did not) and, renamed as in training, none is judged."""
+    workers = ref.get("workers")
+    if workers is None or not ref.get("name"):
+        return True
+    return any(names.get(str(w), str(w)) in judged for w in workers)
 
 
 def _sources(meta: RouterCheckpoint) -> list[dict[str, Any]]:

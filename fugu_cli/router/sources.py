@@ -48,7 +48,8 @@ class Source:
         return read_prices(self.prices) if self.prices is not None else self.price_table
 
     def to_json(self, split: str, data: RewardMatrix | None = None) -> dict[str, Any]:
-        """What a checkpoint records; `data` (the data set as read: `raw`) adds its name and fingerprint."""
+        """What a checkpoint records; `data` (the data set as read: `raw`) adds its name, fingerprint and
+        workers (as the data set names them: a judge skips a set that shares none with what it judges)."""
         table = self.table()
         out: dict[str, Any] = {
             "path": str(self.path.resolve()),
@@ -58,7 +59,7 @@ class Source:
             "price_table": None if table is None else {m: list(p) for m, p in table.items()},
         }
         if data is not None:
-            out.update(name=data.name, fingerprint=fingerprint(data))
+            out.update(name=data.name, fingerprint=fingerprint(data), workers=list(data.workers))
         return out
 
     @classmethod
