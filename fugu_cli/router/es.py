@@ -10,6 +10,8 @@ router's stage 2 (`trainer.py`) searches the escalation policy with it. Never pr
 from __future__ import annotations
 
 import math
+import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -86,8 +88,7 @@ def run_sep_cma(
     """Maximise `fitness` from `x0`. Each generation the incumbent (x0 at first) is scored on the same batch
     as the candidates and replaced only by one that beats it there, so batch luck does not pick the result.
     Without an `executor`, `config.processes` spawned processes (or this one) score the candidates."""
-    import cma
-
+    cma = _import_cma()
     x0 = np.asarray(x0, dtype=np.float64)
     opts: dict[str, Any] = {
         "CMA_diagonal": True,
@@ -127,3 +128,21 @@ def run_sep_cma(
         if own:
             runner.close()
     return ESResult(best_x, float(best_f), float(x0_f), history)
+
+
+def _import_cma() -> Any:
+    """`cma`, without the matplotlib.pyplot its `cma.s` shortcuts import for plotting (about a second of a
+    2-core machine's CPU in every stage 2; its plots are never drawn here). Where pyplot is already loaded it
+    is left alone; else it is hidden for the import only, so a later `import matplotlib.pyplot` works."""
+    if "cma" in sys.modules or "matplotlib.pyplot" in sys.modules:
+        import cma
+
+        return cma
+    sys.modules["matplotlib.pyplot"] = None  # type: ignore[assignment]  # makes its import fail
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # cma warns that its plots are unavailable
+            import cma
+    finally:
+        del sys.modules["matplotlib.pyplot"]
+    return cma
