@@ -118,10 +118,22 @@ def test_train_from_the_stores_outcomes(tmp_path: Path) -> None:
     assert "coder" in info.stdout and "writer" in info.stdout and "fugu:" not in info.stdout
 
 
-def test_eval_on_an_outside_data_set_without_split_labels(tmp_path: Path) -> None:
-    ckpt = tmp_path / "ckpt"
+@pytest.fixture(scope="module")
+def sft_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A stage-1 checkpoint of the tiny set at λ = 2, trained once for the tests below that only judge with
+    it (none writes to it; each judges with a FUGU_HOME, so a feature cache, of its own). Trained before the
+    per-test FUGU_HOME exists: it gets a home of its own."""
+    root = tmp_path_factory.mktemp("sft_tiny")
+    ckpt = root / "ckpt"
     args = ("--data", str(TINY), "--out", str(ckpt), "--stage", "sft", "--svf", "", "--lambda", "2")
-    assert fugu("router", "train", *args, cwd=tmp_path).code == 0
+    home = {"FUGU_HOME": str(root / "home"), "HF_HUB_OFFLINE": "1"}
+    trained = fugu("router", "train", *args, cwd=root, env=home)
+    assert trained.code == 0, trained.stderr
+    return ckpt
+
+
+def test_eval_on_an_outside_data_set_without_split_labels(tmp_path: Path, sft_tiny: Path) -> None:
+    ckpt = sft_tiny
     other = tmp_path / "other"
     other.mkdir()
     (other / "dataset.toml").write_text(
@@ -236,10 +248,8 @@ def test_eval_runs_from_anywhere_on_what_the_checkpoint_carries(tmp_path: Path) 
     assert set(esc["at_lambda"]) >= {"lambda", "reward", "cost"}
 
 
-def test_train_data_rows_are_refused_like_the_checkpoints_own(tmp_path: Path) -> None:
-    ckpt = tmp_path / "ckpt"
-    args = ("--data", str(TINY), "--out", str(ckpt), "--stage", "sft", "--svf", "")
-    assert fugu("router", "train", *args, cwd=tmp_path).code == 0
+def test_train_data_rows_are_refused_like_the_checkpoints_own(tmp_path: Path, sft_tiny: Path) -> None:
+    ckpt = sft_tiny  # its λ plays no part in what is refused, skipped or judged here
     judged = write_set(tmp_path / "judged", "judged", outcomes("q"))
     overlap = write_set(tmp_path / "overlap", "overlap", [r for r in outcomes("z") if r[0] in ("z0", "z1")])
     base = ("router", "eval", "--data", str(judged), "--router", str(ckpt), "--train-data", str(overlap))

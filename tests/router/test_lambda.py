@@ -131,7 +131,11 @@ def test_a_session_at_the_checkpoints_lambda_picks_what_eval_says(
         said = reports[lam]["choices"]
         assert isinstance(said, dict)
         for weight in (lam, None):  # --cost-weight λ, and no --cost-weight (the checkpoint's own λ)
-            router = router_source(Config(router=str(root / f"ckpt-{lam}"), cost_weight=weight), pool).make()
+            source = router_source(Config(router=str(root / f"ckpt-{lam}"), cost_weight=weight), pool)
+            # one torch thread, as everything else here (the load would set two, process-wide: for one short
+            # prompt a pick then spends most of its CPU in OpenMP threads waiting on each other)
+            source.threads = 1
+            router = source.make()
             picked = {
                 pid: router.pick(
                     RouteState(messages=[Message(role="user", content=texts[pid])], step=0), pool
