@@ -20,6 +20,11 @@ import pytest
 # still reaches every process the tests start); no test imports a module from its temporary folders here.
 sys.dont_write_bytecode = False
 
+# As `fugu` itself does (fugu_cli/__main__.py): OpenMP's idle threads sleep instead of spinning. The tests
+# run routers and training in pytest's own processes too, where spinning threads cost several CPU-s a test
+# on a 2-core machine (OpenMP reads this when torch is first loaded, so it is set before any import of it).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 from tests.loopback import loopback, loopback_factory  # noqa: E402
 from tests.ray_kit import _ray_stopped_at_the_end, ray_instance, uses_ray  # noqa: E402
 from tests.serve_kit import serve  # noqa: E402
