@@ -26,6 +26,8 @@ _BOMS = (
     (codecs.BOM_UTF16_BE, "utf-16-be"),
 )
 _COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)", re.MULTILINE)
+_ESCAPED = re.compile("[\udc80-\udcff]")  # a byte that is not UTF-8, kept as a surrogate escape
+_OTHER_NON_ASCII = re.compile("[^\x00-\x7f\udc80-\udcff]")  # a character beyond ASCII that decoded
 
 
 @dataclass(frozen=True)
@@ -132,14 +134,14 @@ def decode(data: bytes, shown: str) -> Decoded:
         except (LookupError, UnicodeError):
             pass
     escaped = data.decode("utf-8", "surrogateescape")
-    if any(ord(c) > 0x7F and not 0xDC80 <= ord(c) <= 0xDCFF for c in escaped):
+    if _OTHER_NON_ASCII.search(escaped):
         return Decoded(escaped, "utf-8", "surrogateescape")  # mostly UTF-8: keep the stray bytes as they are
     return Decoded(data.decode("latin-1"), "latin-1")
 
 
 def shown(text: str) -> str:
     """Text safe to print: bytes kept as surrogate escapes appear as \\xNN."""
-    if not any(0xDC80 <= ord(c) <= 0xDCFF for c in text):
+    if text.isascii() or not _ESCAPED.search(text):  # scanned in C: a big file's write checks every character
         return text
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
