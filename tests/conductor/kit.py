@@ -10,11 +10,17 @@ from typing import Any
 from tests.helpers import write_pool
 from tests.loopback import LoopbackServer, RecordedRequest
 
+# the models pool_for gives the workers these tests name, written out: the run's seed of litellm's answers
+# (tests/conftest.py) holds the models the tests name literally, so no fugu run imports litellm to ask of them
+MODELS = ("openai/alpha", "openai/beta", "openai/gamma", "openai/delta")
+
 
 def pool_for(
     tmp_path: Path, make: Callable[[], LoopbackServer], names: Sequence[str]
 ) -> tuple[Path, dict[str, LoopbackServer]]:
     """One loopback server per worker; the first name gets the highest priority (the default conductor)."""
+    missing = [n for n in names if f"openai/{n}" not in MODELS]
+    assert not missing, f"name openai/{missing[0]} in MODELS"
     servers = {name: make() for name in names}
     workers = [
         {

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("trained-conductor")
     plan = json.dumps(PLAN)
     base = build(root / "base", [PROMPT, plan] * 20, vocab=400)
-    taught = build(root / "taught", [PROMPT, plan] * 20, vocab=400)
+    taught = Path(shutil.copytree(base, root / "taught"))  # the same seeded model, then taught
     teach(taught, [PROMPT], [plan], steps=80, lr=3e-3)
     policy = lm.load(taught, device="cpu", threads=1)
     assert lm.generate(policy, [PROMPT], max_new_tokens=80)[0].strip() == plan  # what the test relies on

@@ -47,7 +47,8 @@ def test_a_context_window_error_gets_a_compacted_retry_and_continue_resumes_comp
         loopback,
         [
             {"name": "solo", "priority": 2, "price_in": 1.0, "price_out": 1.0},
-            {"name": "backup", "priority": 1, "price_in": 5.0, "price_out": 5.0},
+            # named literally: the run's seed of litellm's answers (tests/conftest.py) then holds this model
+            {"name": "backup", "model": "openai/backup", "priority": 1, "price_in": 5.0, "price_out": 5.0},
         ],
     )
     loopback.script(
