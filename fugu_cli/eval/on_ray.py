@@ -4,7 +4,8 @@ memory, compactions, outcome), which the driver writes into the user's store (`S
 
 A job whose worker process or node dies is re-run by Ray (`[executor] max_retries`); the dead attempt's rows
 never left its node, so nothing is lost or doubled. Ctrl-C (or `stop`) cancels the cluster's tasks. A task's
-repo folder travels through the object store, so nodes need only fugu installed. Never prints.
+repo folder travels through the object store, so nodes need only fugu installed; so do the driver's kept
+answers about models, so a node imports litellm only for a model the driver never met. Never prints.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fugu_cli.app import Resolved
+from fugu_cli.app import Resolved, model_info_path
 from fugu_cli.cluster import Cluster, ClusterSpec, TaskCancelled, TaskLost, TaskRef
 from fugu_cli.errors import Interrupted, UsageError
 from fugu_cli.eval.jobs import Job, JobContext, JobEvents, lost_record, run_job
@@ -42,11 +43,15 @@ _POLL_S = 0.2
 
 @dataclass(frozen=True)
 class NodeContext:
-    """What every job of one run shares on the nodes (stored in the cluster once)."""
+    """What every job of one run shares on the nodes (stored in the cluster once). `model_info`: the
+    driver's kept answers of litellm about models (`app.model_info_path`'s file), which each job's fresh
+    FUGU_HOME starts with, so that a node looks up a worker's window without importing litellm (seconds of
+    CPU in every worker process) where its litellm has the same table (`ModelInfo` checks)."""
 
     suite: Suite
     resolved: Resolved
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    model_info: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,9 @@ def run_on_node(ctx: NodeContext, job: Job, archive: bytes | None) -> NodeResult
     scratch = Path(tempfile.mkdtemp(prefix="fugu-eval-job-"))
     try:
         with _fugu_home(scratch / "home"):
+            if ctx.model_info is not None:
+                model_info_path().parent.mkdir(parents=True)
+                model_info_path().write_bytes(ctx.model_info)
             if archive is not None:
                 src = unpack_repo(archive, scratch / "src")
                 job = dataclasses.replace(job, task=dataclasses.replace(job.task, repo=src))
@@ -93,6 +101,13 @@ def _fugu_home(home: Path) -> Iterator[None]:
             os.environ.pop("FUGU_HOME", None)
         else:
             os.environ["FUGU_HOME"] = before
+
+
+def _kept_model_info() -> bytes | None:
+    try:
+        return model_info_path().read_bytes()
+    except OSError:  # none kept yet: the nodes ask litellm
+        return None
 
 
 def pack_repo(folder: Path) -> bytes:
@@ -136,7 +151,7 @@ class _Driver:
         self.ctx = ctx
         self.events = events
         self.stop = stop
-        self.shared = cluster.put(NodeContext(ctx.suite, ctx.resolved))
+        self.shared = cluster.put(NodeContext(ctx.suite, ctx.resolved, model_info=_kept_model_info()))
         self.archives: dict[str, Any] = {}
 
     def run(self, jobs: Sequence[Job], window: int) -> list[RunRecord]:

@@ -129,7 +129,9 @@ def test_eval_on_ray_from_the_config_and_ctrl_c_stops_a_local_run(tmp_path: Path
     assert db.execute("SELECT COUNT(*) FROM sessions").fetchone() == (2,)
     assert "/fugu-eval-job-" in db.execute("SELECT cwd FROM sessions").fetchone()[0]  # made on the node
 
-    (home / "config.toml").unlink()
+    # a local run now; the held turns outlast the client's wait for a first byte (30 s), after which a job
+    # would fail over and finish, on a loaded machine before the second job's turn began
+    (home / "config.toml").write_text("[llm]\nfirst_byte_timeout_s = 600\ntimeout_s = 600\n")
     with Responder(hold=("calc.py", "seq.py"), hold_s=300) as server:
         pool = write_responder_pool(tmp_path / "pool.toml", server)
         proc = subprocess.Popen(

@@ -25,6 +25,15 @@ from tests.ray_kit import RayInstance
 TASK_NAME = "fugu:run_on_node"
 
 
+def _wait_out_held_replies() -> None:
+    """A worker that sends no first byte for `[llm] first_byte_timeout_s` (30 s) fails over, and the job goes
+    on to finish: a turn held for a test (to kill or cancel it mid-turn) must outlast that, or on a loaded
+    machine the first job can finish while the second is still starting. The user's config (read by the
+    driver, whose Resolved the nodes get) lets the client wait longer than any held reply here."""
+    config = Path(os.environ["FUGU_HOME"]) / "config.toml"
+    config.write_text("[llm]\nfirst_byte_timeout_s = 600\ntimeout_s = 600\n")
+
+
 def _by_job(records: tuple[RunRecord, ...]) -> dict[tuple[str, str, int], str]:
     out = {}
     for r in records:
@@ -65,6 +74,7 @@ def test_ray_stores_the_same_outcomes_and_ledger_as_the_local_executor(
 def test_a_job_whose_worker_is_killed_mid_turn_runs_again_and_is_stored_once(
     tmp_path: Path, ray_instance: RayInstance
 ) -> None:
+    _wait_out_held_replies()
     with Responder(hold=("seq.py",)) as server:
         suite = load_suite(write_suite(tmp_path / "mini"))
         opts = RunOptions(cwd=tmp_path, pool=str(write_responder_pool(tmp_path / "pool.toml", server)))
@@ -110,6 +120,7 @@ def _the_worker_holding(ray: RayInstance, tmp_path: Path, store: Store) -> int:
 
 
 def test_stopping_cancels_the_clusters_tasks(tmp_path: Path, ray_instance: RayInstance) -> None:
+    _wait_out_held_replies()
     with Responder(hold=("calc.py", "seq.py"), hold_s=300) as server:
         suite = load_suite(write_suite(tmp_path / "mini"))
         opts = RunOptions(cwd=tmp_path, pool=str(write_responder_pool(tmp_path / "pool.toml", server)))
@@ -146,6 +157,7 @@ def test_ctrl_c_in_the_cli_cancels_the_clusters_tasks_and_exits_130(
 ) -> None:
     """`fugu eval --executor ray --ray-address ADDR` joins the running instance; SIGINT while both jobs are
     held mid-turn on it ends the run at once, with nothing stored."""
+    _wait_out_held_replies()
     with Responder(hold=("calc.py", "seq.py"), hold_s=300) as server:
         suite = write_suite(tmp_path / "mini")
         pool = write_responder_pool(tmp_path / "pool.toml", server)
