@@ -33,7 +33,7 @@ _IDENTITY = {
     "GIT_COMMITTER_NAME": "fugu",
     "GIT_COMMITTER_EMAIL": "fugu@localhost",
 }
-_SESSION_ID = re.compile(r"^(\d{8}-\d{6}-[0-9a-f]{6})(?:-|$)")
+_SESSION_ID = re.compile(r"^(\d{8}-\d{6}-(?:[0-9a-f]{12}|[0-9a-f]{6}))(?:-|$)")  # ids before 2026-12-02: 6
 
 
 def store_path(root: Path) -> Path:

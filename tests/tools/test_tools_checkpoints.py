@@ -144,7 +144,8 @@ def dated(repo: Path, label: str, when: int) -> None:
 
 
 def test_prune_keeps_the_newest_sessions_and_drops_the_rest(repo: Path) -> None:
-    sessions = [f"20260101-00000{i}-abcde{i}" for i in range(5)]
+    sessions = [f"20260101-00000{i}-abcde{i}" for i in range(3)]  # ids as fugu made them until 2026-12-02
+    sessions += [f"20260101-00000{i}-0123456789a{i}" for i in range(3, 5)]  # and as it makes them now
     for i, sid in enumerate(sessions):
         (repo / "README.md").write_text(f"# v{i}\n")
         for turn in (1, 2):
