@@ -42,32 +42,6 @@ def test_a_turn_ledger_records_routes_steps_and_calls_with_their_decision(tmp_pa
     assert Ledger(store, "s1", "wf1.s0").tool_calls() == []
 
 
-def test_a_batch_is_one_transaction_that_other_connections_see_whole_or_not_at_all(tmp_path: Path) -> None:
-    """`batch` (serve's whole pass-through replies: session, route and step rows in one commit): the writes
-    inside, including those that open their own transaction (a step row), land together; an error inside
-    leaves none of them; and the store is usable again after either."""
-    store, other = Store(tmp_path / "fugu.db"), Store(tmp_path / "fugu.db")
-    decision = RouteDecision("alpha", {"alpha": 1.0}, "prior", 0.1)
-
-    def rows(sid: str) -> int:
-        found = other.query("SELECT COUNT(*) AS n FROM route_decisions WHERE session_id=?", (sid,))
-        return int(found[0]["n"]) + len(Ledger(other, sid).steps()) + (other.get_session(sid) is not None)
-
-    with store.batch():
-        store.create_session("s1", "/repo", "pass", "[]", "prior")
-        Ledger(store, "s1").turn(1).route(1, decision)
-        Ledger(store, "s1").turn(1).step(StepRecord(1, decision, "ok", Usage(1, 1, 0, 0.5), "hi", 1.0))
-        assert rows("s1") == 0  # another connection sees nothing before the commit
-    assert rows("s1") == 3 and other.get_session("s1").cost_usd == 0.5  # type: ignore[union-attr]
-    with pytest.raises(RuntimeError), store.batch():
-        store.create_session("s2", "/repo", "pass", "[]", "prior")
-        Ledger(store, "s2").turn(1).step(StepRecord(1, decision, "ok", Usage(), "hi", 1.0))
-        raise RuntimeError("the call failed before its rows were whole")
-    assert rows("s2") == 0 and store.get_session("s2") is None
-    Ledger(store, "s1").turn(2).step(StepRecord(1, decision, "ok", Usage(), "again", 2.0))
-    assert len(Ledger(other, "s1").steps()) == 2
-
-
 def test_session_ids_made_in_one_second_do_not_collide() -> None:
     """fugu serve makes a session per new conversation, thousands a second under load: 20,000 ids made at
     once are all different (with the 24 random bits ids had, about a dozen would have collided)."""

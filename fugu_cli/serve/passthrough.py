@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from fugu_cli.app import Resolved
 from fugu_cli.calls import Answer, Call, Exclusions
 from fugu_cli.errors import ProviderError
-from fugu_cli.ledger import Ledger, StepRecord, TurnLedger
+from fugu_cli.ledger import Ledger, StepRecord
 from fugu_cli.llm.capability import fit
 from fugu_cli.llm.forward import Forwarded, Forwarder, ForwardStream
 from fugu_cli.llm.parse import StreamAssembler
@@ -52,13 +52,6 @@ class PassSession:
     last_worker: str | None = None
     steps: dict[int, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    unwritten: str | None = None  # the title of a new session whose row waits for its first call's rows
-
-    def written(self) -> str | None:
-        """The title of this session's row if nobody wrote it yet (the caller writes it now), else None."""
-        with self.lock:
-            title, self.unwritten = self.unwritten, None
-            return title
 
     def next_step(self, turn: int) -> int:
         with self.lock:
@@ -77,7 +70,6 @@ class Routed:
     turn: int
     step: int
     started: float
-    rows: TurnLedger
     failed: tuple[str, ...] = ()
     cooling: tuple[tuple[str, float], ...] = ()  # (worker, seconds until it is probed again)
     dropped: tuple[str, ...] = ()  # what fugu could not honour for this worker (request notes included)
@@ -126,17 +118,11 @@ class PassThrough:
             session = self._sessions.get(found[0]) if found else None
         if session is not None:
             return session
+        sid = new_session_id()
         title = next((text_of(m.get("content")) for m in req.messages if m.get("role") == "user"), "")
         title = title.strip().splitlines()[0][:80] if title.strip() else ""
-        return self._keep(PassSession(new_session_id(), unwritten=title))
-
-    def _write_session(self, session: PassSession) -> None:
-        """The session's row, if it has none yet (a new conversation's first call writes it with its rows)."""
-        title = session.written()
-        if title is not None:
-            self.store.create_session(
-                session.id, str(self.root), "pass", self._pool_json, self.router.name, title=title
-            )
+        self.store.create_session(sid, str(self.root), "pass", self._pool_json, self.router.name, title=title)
+        return self._keep(PassSession(sid))
 
     def _named(self, sid: str) -> PassSession:
         with self._table:
@@ -204,11 +190,8 @@ class PassThrough:
     def stream(self, req: ChatRequest, cancel: threading.Event) -> tuple[Routed, Iterator[dict[str, Any]]]:
         """Opens the stream (failing over until a worker sends its first chunk): the call and its chunks."""
         session = self.session_for(req)
-        self._write_session(session)  # a stream's rows are written as they happen: it may run for minutes
         send = self.forwarder.stream
-        call, opened = self._failover(
-            req, session, cancel, lambda w, params: send(w, params, cancel), hold=False
-        )
+        call, opened = self._failover(req, session, cancel, lambda w, params: send(w, params, cancel))
         return call, self._relay(req, call, opened)
 
     def _failover(
@@ -217,12 +200,11 @@ class PassThrough:
         session: PassSession,
         cancel: threading.Event,
         send: Callable[[Worker, dict[str, Any]], T],
-        hold: bool = True,
     ) -> tuple[Routed, T]:
         """Route and `send` (the request's parameters with the optional ones this worker takes) through the
         worker-call service until a worker answers (raises `AllFailed` once none is left); every failed
         attempt is a ledger row of this step."""
-        call, routed = self._call(req, session, cancel, send, hold)
+        call, routed = self._call(req, session, cancel, send)
         answer = self.calls.run(call)
         return routed(answer), answer.value
 
@@ -232,21 +214,17 @@ class PassThrough:
         session: PassSession,
         cancel: threading.Event,
         send: Callable[[Worker, dict[str, Any]], T],
-        hold: bool = True,
     ) -> tuple[Call[T], Callable[[Answer[Any]], Routed]]:
-        """The worker-call service's call for this request, and what makes its answer a `Routed` call.
-        `hold`: its route rows wait for the step row that ends their attempt (`_HeldRows`)."""
+        """The worker-call service's call for this request, and what makes its answer a `Routed` call."""
         self._check_worker(req)
         turn = max(1, sum(1 for m in req.messages if m.get("role") == "user"))
         step = session.next_step(turn)
         cooling = {n: c.left_s(time.time()) for n, c in self.calls.health.cooling(self.resolved.pool).items()}
-        ledger = Ledger(self.store, session.id)
-        rows = _HeldRows(ledger, turn, lambda: self._write_session(session)) if hold else ledger.turn(turn)
         call = Call(
             pool=self.resolved.pool,
             route=lambda ex: self._route(req, session, step, ex),
             send=lambda attempt: send(attempt.worker, self._params(req, attempt.worker)),
-            ledger=rows,
+            ledger=Ledger(self.store, session.id).turn(turn),
             step=step,
             cancel=cancel,
         )
@@ -257,16 +235,7 @@ class PassThrough:
             left_out = fit(worker, req.optional)[1]
             dropped = (*req.notes, *(f"{p}: {worker.name} does not take it" for p in left_out))
             return Routed(
-                session,
-                answer.decision,
-                worker,
-                turn,
-                step,
-                answer.started,
-                rows,
-                answer.failed,
-                skipped,
-                dropped,
+                session, answer.decision, worker, turn, step, answer.started, answer.failed, skipped, dropped
             )
 
         return call, routed
@@ -342,12 +311,11 @@ class PassThrough:
             return self._fallback.pick(state, pool)
 
     def _record(self, call: Routed, usage: Usage, status: str, text: str) -> None:
-        """The step's answered attempt (the failed attempts are already recorded), in one transaction with
-        its notes (and its route and session rows where they were held)."""
-        with self.store.batch():
-            call.rows.step(StepRecord(call.step, call.decision, status, usage, text[:2000], call.started))
-            for note in call.dropped:
-                self.store.add_note(call.session.id, call.turn, call.step, note)
+        """The step's answered attempt (the route and the failed attempts are already recorded)."""
+        ledger = Ledger(self.store, call.session.id).turn(call.turn)
+        ledger.step(StepRecord(call.step, call.decision, status, usage, text[:2000], call.started))
+        for note in call.dropped:
+            self.store.add_note(call.session.id, call.turn, call.step, note)
         if status == "ok":
             call.session.last_worker = call.worker.name
 
@@ -356,28 +324,6 @@ class PassThrough:
         digests = chain(req.messages)
         self.conversations.remember(digests[-1], session.id)
         self.conversations.remember(chain([reply], digests[-1])[-1], session.id)
-
-
-@dataclass(frozen=True)
-class _HeldRows(TurnLedger):
-    """A whole reply's ledger: each route row is held until the step row that ends its attempt (a failure,
-    or the answer), then written with it, and with the session's own row when the session is new, in one
-    transaction. One commit per attempt instead of three (about 0.1 ms of a pass-through call); a server
-    killed during an attempt leaves no row of it (it had no answer to record)."""
-
-    first: Callable[[], None] = lambda: None  # writes the session's row if it has none
-    held: list[tuple[int, RouteDecision]] = field(default_factory=list)
-
-    def route(self, step: int, decision: RouteDecision) -> None:
-        self.held.append((step, decision))
-
-    def step(self, record: StepRecord) -> None:
-        with self.ledger.store.batch():
-            self.first()
-            for step, decision in self.held:
-                super().route(step, decision)
-            self.held.clear()
-            super().step(record)
 
 
 def transcript(messages: Sequence[dict[str, Any]]) -> list[Message]:

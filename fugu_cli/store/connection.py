@@ -27,7 +27,6 @@ class Connection:
         """`readonly`: read another fugu's store (e.g. to train on its outcomes); never migrates or writes."""
         self.path = path
         self._lock = threading.RLock()
-        self._open = False  # a transaction is open (its thread holds the lock)
         try:
             if readonly:
                 uri = f"file:{path}?mode=ro"
@@ -84,25 +83,13 @@ class Connection:
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            if self._open:  # inside `batch` on this thread (the lock is ours): its transaction is this one
-                yield self._db
-                return
             self._db.execute("BEGIN IMMEDIATE")
-            self._open = True
             try:
                 yield self._db
             except BaseException:
-                self._open = False
                 self._db.execute("ROLLBACK")
                 raise
-            self._open = False
             self._db.execute("COMMIT")
-
-    @contextmanager
-    def batch(self) -> Iterator[None]:
-        """Every row written inside (by this thread; other threads wait) in one transaction: one commit."""
-        with self._transaction():
-            yield
 
     def _execute(self, sql: str, args: Sequence[Any] = ()) -> None:
         with self._lock:
