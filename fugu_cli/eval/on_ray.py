@@ -72,8 +72,9 @@ def run_on_node(ctx: NodeContext, job: Job, archive: bytes | None) -> NodeResult
     try:
         with _fugu_home(scratch / "home"):
             if ctx.model_info is not None:
-                model_info_path().parent.mkdir(parents=True)
-                model_info_path().write_bytes(ctx.model_info)
+                kept = model_info_path()
+                kept.parent.mkdir(parents=True)
+                kept.write_bytes(ctx.model_info)
             if archive is not None:
                 src = unpack_repo(archive, scratch / "src")
                 job = dataclasses.replace(job, task=dataclasses.replace(job.task, repo=src))
