@@ -72,6 +72,9 @@ _lock = threading.Lock()
 _EnvKey = tuple[frozenset[str], frozenset[tuple[Any, Any]]]
 _last: tuple[_EnvKey | None, dict[str, str]] = (None, {})  # the last environment asked about, its secrets
 _redacted: OrderedDict[tuple[_EnvKey, str], str] = OrderedDict()  # the last texts redacted in it
+# the environment's items as last read, how many names were registered then, and their key: an unchanged
+# environment is recognised by comparing its items in order, without hashing them all into a new key
+_seen: tuple[list[tuple[Any, Any]], int, _EnvKey] | None = None
 
 
 def register_secret_env(names: Iterable[str | None]) -> None:
@@ -107,17 +110,25 @@ def secret_values(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 def _secrets(environ: Mapping[str, str] | None) -> tuple[_EnvKey, dict[str, str]]:
     """The environment's key and its secrets, remembered until the environment (or the registered names)
     change: every stored message and tool output is redacted, several times a step."""
-    global _last
+    global _last, _seen
     env = os.environ if environ is None else environ
     # os.environ's own bytes: reading them through the mapping decodes every value on every call
-    items = os.environ._data.items() if env is os.environ else env.items()  # type: ignore[attr-defined]
-    key: _EnvKey = (registered_secret_env(), frozenset(items))
+    items = list(os.environ._data.items() if env is os.environ else env.items())  # type: ignore[attr-defined]
+    with _lock:
+        seen, last = _seen, _last
+        if seen is not None and seen[1] == len(_registered) and last[0] is seen[2] and seen[0] == items:
+            return seen[2], last[1]  # (names are only ever added: the same count is the same names)
+        registered = frozenset(_registered)
+        count = len(_registered)
+    key: _EnvKey = (registered, frozenset(items))
     with _lock:
         if _last[0] == key:
-            return key, _last[1]
+            _seen = (items, count, _last[0])
+            return _last[0], _last[1]
     found = _secret_values(env, key[0])
     with _lock:
         _last = (key, found)
+        _seen = (items, count, key)
         _redacted.clear()
     return key, found
 

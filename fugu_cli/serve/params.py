@@ -35,7 +35,7 @@ class ChatRequest:
     session: str | None = None  # a server-issued session id (header X-Fugu-Session or body session_id)
     stop: tuple[str, ...] = ()
     response_format: dict[str, Any] | None = None
-    fingerprint: str = ""  # the request's content, to recognise a repeated request
+    fingerprint: str = ""  # the request's content, to recognise a repeated agent turn ("" passed through)
     optional: dict[str, Any] = field(default_factory=dict)  # sent only to workers that take them
     notes: tuple[str, ...] = ()  # what fugu could not honour, said in the reply's header and the ledger
 
@@ -83,7 +83,7 @@ def parse_chat(body: Any, header_session: str | None = None) -> ChatRequest:
         session=session or None,
         stop=_stop(body.get("stop")),
         response_format=_response_format(body.get("response_format")),
-        fingerprint=fingerprint(body),
+        fingerprint=fingerprint(body) if mode != "pass" else "",
         notes=tuple(notes),
     )
 

@@ -108,12 +108,12 @@ class PassThrough:
 
     # sessions
 
-    def session_for(self, req: ChatRequest) -> PassSession:
+    def session_for(self, req: ChatRequest, digests: Sequence[bytes]) -> PassSession:
         """The session the client named (a server-issued id), else the one whose conversation this request
-        continues, else a new one."""
+        continues (`digests`: its messages' `chain`), else a new one."""
         if req.session:
             return self._named(req.session)
-        found = self.conversations.find(chain(req.messages))
+        found = self.conversations.find(digests)
         with self._table:
             session = self._sessions.get(found[0]) if found else None
         if session is not None:
@@ -155,10 +155,11 @@ class PassThrough:
 
     def complete(self, req: ChatRequest, cancel: threading.Event) -> dict[str, Any]:
         """The worker's chat.completion, with the client's model name and a `fugu` field."""
-        session = self.session_for(req)
+        digests = chain(req.messages)
+        session = self.session_for(req, digests)
         send = self.forwarder.complete
         call, reply = self._failover(req, session, cancel, lambda w, params: send(w, params, cancel))
-        return self._completed(req, session, call, reply)
+        return self._completed(req, digests, call, reply)
 
     def in_loop(self, req: ChatRequest) -> bool:
         """Whether `acomplete` may serve this request from the event loop: a whole reply, every worker
@@ -171,28 +172,30 @@ class PassThrough:
         """`complete` in the event loop, for the requests `in_loop` accepts: the same routing, retries,
         failover, rows and reply. Its blocking parts (the store's rows, the prior's decision) are short."""
         self.served_in_loop += 1
-        session = self.session_for(req)
+        digests = chain(req.messages)
+        session = self.session_for(req, digests)
         send = self.forwarder.acomplete
         call, routed = self._call(req, session, cancel, lambda w, params: send(w, params, cancel))
         answer = await self.calls.arun(call)
-        return self._completed(req, session, routed(answer), answer.value)
+        return self._completed(req, digests, routed(answer), answer.value)
 
     def _completed(
-        self, req: ChatRequest, session: PassSession, call: Routed, reply: Forwarded
+        self, req: ChatRequest, digests: Sequence[bytes], call: Routed, reply: Forwarded
     ) -> dict[str, Any]:
         choices = reply.body.get("choices") or [{}]
         message = choices[0].get("message") or {}
         self._record(call, reply.usage, "ok", _summary(message))
         if len(choices) == 1:
-            self._learn(req, session, message)
+            self._learn(digests, call.session, message)
         return reply.body | {"model": req.model, "fugu": call.fugu(reply.usage)}
 
     def stream(self, req: ChatRequest, cancel: threading.Event) -> tuple[Routed, Iterator[dict[str, Any]]]:
         """Opens the stream (failing over until a worker sends its first chunk): the call and its chunks."""
-        session = self.session_for(req)
+        digests = chain(req.messages)
+        session = self.session_for(req, digests)
         send = self.forwarder.stream
         call, opened = self._failover(req, session, cancel, lambda w, params: send(w, params, cancel))
-        return call, self._relay(req, call, opened)
+        return call, self._relay(digests, call, opened)
 
     def _failover(
         self,
@@ -245,7 +248,9 @@ class PassThrough:
         """The request's parameters with the optional ones this worker takes."""
         return req.params | fit(worker, req.optional)[0]
 
-    def _relay(self, req: ChatRequest, call: Routed, opened: ForwardStream) -> Iterator[dict[str, Any]]:
+    def _relay(
+        self, digests: Sequence[bytes], call: Routed, opened: ForwardStream
+    ) -> Iterator[dict[str, Any]]:
         """The worker's chunks, then one usage chunk (no choices) with fugu's cost; recorded at the end."""
         assembler = StreamAssembler(call.worker.name)
         status = "interrupted"
@@ -268,7 +273,7 @@ class PassThrough:
             message = _assembled(assembler)
             self._record(call, opened.usage, status, _summary(message))
             if status == "ok" and assembler.chunks:
-                self._learn(req, call.session, message)
+                self._learn(digests, call.session, message)
 
     def _check_worker(self, req: ChatRequest) -> None:
         names = [w.name for w in self.resolved.pool]
@@ -319,9 +324,9 @@ class PassThrough:
         if status == "ok":
             call.session.last_worker = call.worker.name
 
-    def _learn(self, req: ChatRequest, session: PassSession, reply: dict[str, Any]) -> None:
-        """Remember this conversation, and its continuation with this reply, as the session's."""
-        digests = chain(req.messages)
+    def _learn(self, digests: Sequence[bytes], session: PassSession, reply: dict[str, Any]) -> None:
+        """Remember this conversation (`digests`: its messages' `chain`), and its continuation with this
+        reply, as the session's."""
         self.conversations.remember(digests[-1], session.id)
         self.conversations.remember(chain([reply], digests[-1])[-1], session.id)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import secrets
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -25,7 +25,7 @@ from fugu_cli.types import Message, dumps
 def new_session_id() -> str:
     """The time to the second, then 48 random bits. (Until 2026-12-02 24 bits: fugu serve makes a session
     per new conversation, and at a few thousand a second two in one second met about once a second.)"""
-    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:12]
+    return time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(6)
 
 
 class SessionTables(Connection):
