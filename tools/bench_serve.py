@@ -6,7 +6,8 @@ in the same run: the same call made directly to the worker with the same client 
   spends per call (less moved by the machine's load than wall-clock times); beside it a second floor, a
   bare proxy on fugu's own stack (uvicorn, starlette, fugu's event-loop client asking the worker for a
   stream as fugu does) with no routing, session or ledger: what any pass-through built like fugu's pays
-  before doing anything of its own;
+  before doing anything of its own; `--history N`: each call resends an agent loop's conversation (a 3 KB
+  system prompt, the task, N tool calls with 1 KB results), as real clients do, instead of one short message;
 - throughput: requests/s at 1, 8 and 32 concurrent clients with a 0.2 s model delay, for the pass-through and
   for agent turns (`fugu-agent`, one session per client), against direct calls at the same concurrency;
 - sessions: the server's resident memory after a warm-up of new agent sessions (100: past the 64 it keeps
@@ -16,13 +17,15 @@ Measuring starts once the server's start-up work is over (it imports litellm and
 thread after it starts listening). The loopback worker streams on kept-alive connections (`--loopback close`:
 each stream ends by closing its connection, the benchmark's behaviour before 2026-12-01 22:00).
 
-Run: `PYTHONPATH=. .venv/bin/python tools/bench_serve.py [--calls 200] [--router prior|default]`
+Run: `PYTHONPATH=. .venv/bin/python tools/bench_serve.py [--calls 200] [--router prior|default]
+[--history 40]`
 (a benchmark, not a test; it sends traffic to 127.0.0.1 only, and stops by itself).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import statistics
@@ -120,8 +123,23 @@ def _client(base_url: str) -> Any:
     return openai.OpenAI(base_url=base_url, api_key="sk-bench", max_retries=0, timeout=120)
 
 
-def _ask(text: str) -> list[dict[str, str]]:
-    return [{"role": "user", "content": text}]
+def _ask(text: str, history: int = 0) -> list[dict[str, Any]]:
+    """One user message; with `history`, an agent loop's conversation as clients resend it each call: a
+    system prompt (3 KB), the task, then `history` pairs of a tool call and its 1 KB result."""
+    if not history:
+        return [{"role": "user", "content": text}]
+    out: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent. Follow the rules. " * 72},
+        {"role": "user", "content": text},
+    ]
+    for k in range(history):
+        function = {"name": "read_file", "arguments": f'{{"path": "src/module_{k}.py"}}'}
+        call = {"id": f"call_{k}", "type": "function", "function": function}
+        out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        out.append(
+            {"role": "tool", "tool_call_id": f"call_{k}", "content": f"def f{k}(x):\n    return x\n" * 40}
+        )
+    return out
 
 
 def bare_proxy(upstream: str, port: int) -> None:
@@ -170,27 +188,27 @@ class BareProxy:
         self.proc.wait(timeout=30)
 
 
-def latency(served: Served, direct_url: str, calls: int) -> None:
+def latency(served: Served, direct_url: str, calls: int, history: int = 0) -> None:
     bare = BareProxy(direct_url)
     try:
-        _latency(served, bare, direct_url, calls)
+        _latency(served, bare, direct_url, calls, history)
     finally:
         bare.stop()
 
 
-def _latency(served: Served, bare_proxy: BareProxy, direct_url: str, calls: int) -> None:
+def _latency(served: Served, bare_proxy: BareProxy, direct_url: str, calls: int, history: int) -> None:
     direct, fugu, bare = _client(direct_url), _client(served.url), _client(bare_proxy.url)
     decisions: list[float] = []
 
     def via_fugu(i: int) -> None:
-        reply = fugu.chat.completions.create(model="fugu", messages=_ask(f"hello {i}"))
+        reply = fugu.chat.completions.create(model="fugu", messages=_ask(f"hello {i}", history))
         decisions.append(float(reply.model_extra["fugu"]["latency_ms"]))
 
     def straight(i: int) -> None:
-        direct.chat.completions.create(model="gpt-5", messages=_ask(f"hello {i}"))
+        direct.chat.completions.create(model="gpt-5", messages=_ask(f"hello {i}", history))
 
     def via_bare(i: int) -> None:
-        bare.chat.completions.create(model="gpt-5", messages=_ask(f"hello {i}"))
+        bare.chat.completions.create(model="gpt-5", messages=_ask(f"hello {i}", history))
 
     for warm in range(20):  # imports, first connections, the router's first decisions
         via_fugu(-warm)
@@ -206,7 +224,9 @@ def _latency(served: Served, bare_proxy: BareProxy, direct_url: str, calls: int)
     cpu_bare_ms = (_cpu_s(bare_proxy.proc.pid) - cpu_bare) * 1000 / calls
     base, through = statistics.median(a), statistics.median(b)
     router = statistics.median(decisions[20:])
-    print(f"latency, one non-streamed chat completion, openai SDK, N={calls} (median / p90):")
+    size = len(json.dumps(_ask("hello 0", history))) / 1024
+    shown = f"{len(_ask('', history))} messages, {size:.0f} KB" if history else "one short message"
+    print(f"latency, one non-streamed chat completion ({shown}), openai SDK, N={calls} (median / p90):")
     print(f"  direct to the worker (floor)   {base:7.2f} ms / {_p90(a):7.2f} ms")
     print(f"  through fugu (model fugu)      {through:7.2f} ms / {_p90(b):7.2f} ms")
     print(
@@ -310,6 +330,12 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--router", default="prior", help="prior, or default (the shipped learned router)")
     parser.add_argument("--only", choices=("latency", "throughput", "sessions"), default=None)
+    parser.add_argument(
+        "--history",
+        type=int,
+        default=0,
+        help="latency: each call resends an agent loop's conversation with this many tool calls and results",
+    )
     parser.add_argument("--warmup", type=int, default=100, help="new sessions before memory is measured")
     parser.add_argument(
         "--loopback",
@@ -344,7 +370,7 @@ def main() -> None:
                 f"{os.cpu_count()} CPUs, load {load:.1f}",
             )
             if args.only in (None, "latency"):
-                latency(served, fast.base_url, args.calls)
+                latency(served, fast.base_url, args.calls, args.history)
                 print(f"  (load average at the end: {os.getloadavg()[0]:.1f})")
             if args.only in (None, "throughput"):
                 throughput(slow_served, slow.base_url)

@@ -20,20 +20,35 @@ from fugu_cli.serve.params import text_of
 MAX_PREFIXES = 50_000
 
 
-def _canonical(message: Mapping[str, Any]) -> str:
-    """What identifies a message whatever a client's serializer does (null vs "" content, key order)."""
+def _digest(previous: bytes, message: Mapping[str, Any]) -> bytes:
+    """The digest of a conversation that ends with `message`, `previous` that of the messages before it.
+    What identifies a message whatever a client's serializer does (null vs "" content, key order): its role,
+    text, tool calls (how many; each one's id, name and arguments) and tool call id, each tagged and
+    length-prefixed (nothing to escape)."""
     role = message.get("role")
     role = {"developer": "system", "function": "tool"}.get(str(role), role)
-    calls = [
-        (c.get("id"), (c.get("function") or {}).get("name"), (c.get("function") or {}).get("arguments"))
-        for c in message.get("tool_calls") or ()
-        if isinstance(c, dict)
-    ]
     try:
         content = text_of(message.get("content"))
     except Exception:
         content = json.dumps(message.get("content"), sort_keys=True)
-    return json.dumps([role, content, calls, message.get("tool_call_id")])
+    calls = [c for c in message.get("tool_calls") or () if isinstance(c, dict)]
+    parts = [previous, _part(role), _part(content), len(calls).to_bytes(8, "little")]
+    for c in calls:
+        fn = c.get("function") or {}
+        parts += (_part(c.get("id")), _part(fn.get("name")), _part(fn.get("arguments")))
+    parts.append(_part(message.get("tool_call_id")))
+    return hashlib.sha256(b"".join(parts)).digest()[:16]  # sha256: CPUs hash it in hardware (3x blake2b)
+
+
+def _part(value: Any) -> bytes:
+    """`value` as a tag (absent, text, other JSON), then its length and bytes."""
+    if value is None:
+        return b"n"
+    if isinstance(value, str):
+        data = value.encode("utf-8", "surrogatepass")  # JSON may carry a lone surrogate
+        return b"s" + len(data).to_bytes(8, "little") + data
+    data = json.dumps(value, sort_keys=True).encode()
+    return b"j" + len(data).to_bytes(8, "little") + data
 
 
 def chain(messages: Sequence[Mapping[str, Any]], start: bytes = b"") -> list[bytes]:
@@ -41,7 +56,7 @@ def chain(messages: Sequence[Mapping[str, Any]], start: bytes = b"") -> list[byt
     out: list[bytes] = []
     digest = start
     for m in messages:
-        digest = hashlib.blake2b(digest + _canonical(m).encode(), digest_size=16).digest()
+        digest = _digest(digest, m)
         out.append(digest)
     return out
 

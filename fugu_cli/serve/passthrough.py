@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from fugu_cli.app import Resolved
 from fugu_cli.calls import Answer, Call, Exclusions
@@ -291,7 +291,7 @@ class PassThrough:
         if all(w.name in ex.names for w in pool) or (req.worker is not None and req.worker in ex.names):
             raise LookupError("no worker left")
         state = RouteState(
-            messages=transcript(req.messages),
+            messages=Transcript(req.messages),
             step=step,
             last_worker=session.last_worker,
             excluded=ex.names,
@@ -331,22 +331,48 @@ class PassThrough:
         self.conversations.remember(chain([reply], digests[-1])[-1], session.id)
 
 
+class Transcript(Sequence[Message]):
+    """The request's messages as the router reads them, each made when first read: the prior reads only as
+    far as the first user message (a client resends the whole conversation each call); a learned router
+    reads them all."""
+
+    def __init__(self, messages: Sequence[dict[str, Any]]) -> None:
+        self._raw = messages
+        self._made: list[Message | None] = [None] * len(messages)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    @overload
+    def __getitem__(self, i: int) -> Message: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Message]: ...
+    def __getitem__(self, i: int | slice) -> Message | list[Message]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        made = self._made[i]
+        if made is None:
+            made = self._made[i] = _message(self._raw[i])
+        return made
+
+
 def transcript(messages: Sequence[dict[str, Any]]) -> list[Message]:
-    """The request's messages as the router reads them."""
-    out: list[Message] = []
-    for m in messages:
-        role = _ROLES.get(str(m.get("role")), m.get("role"))
-        calls = tuple(
-            ToolCall(str(c.get("id") or ""), str(fn.get("name") or ""), _arguments(fn.get("arguments")))
-            for c in m.get("tool_calls") or ()
-            if isinstance(c, dict) and isinstance(fn := c.get("function") or {}, dict)
-        )
-        try:
-            content = text_of(m.get("content"))
-        except ApiError:
-            content = ""
-        out.append(Message(role=role, content=content, tool_calls=calls, tool_call_id=m.get("tool_call_id")))  # type: ignore[arg-type]
-    return out
+    """The request's messages as the router reads them, all made at once."""
+    return list(Transcript(messages))
+
+
+def _message(m: dict[str, Any]) -> Message:
+    role = _ROLES.get(str(m.get("role")), m.get("role"))
+    calls = tuple(
+        ToolCall(str(c.get("id") or ""), str(fn.get("name") or ""), _arguments(fn.get("arguments")))
+        for c in m.get("tool_calls") or ()
+        if isinstance(c, dict) and isinstance(fn := c.get("function") or {}, dict)
+    )
+    try:
+        content = text_of(m.get("content"))
+    except ApiError:
+        content = ""
+    return Message(role=role, content=content, tool_calls=calls, tool_call_id=m.get("tool_call_id"))  # type: ignore[arg-type]
 
 
 def _arguments(raw: Any) -> str:

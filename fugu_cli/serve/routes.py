@@ -105,13 +105,16 @@ async def read_json(request: Request) -> Any:
 
 def _deeper_than(value: Any, limit: int) -> bool:
     """Whether JSON `value` nests arrays and objects more than `limit` deep (walked without recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
+    if not isinstance(value, (list, dict)):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 0)]  # containers only: most values are strings and numbers
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, (list, dict)):
-            if depth >= limit:
-                return True
-            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+        if depth >= limit:
+            return True
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, (list, dict)):
+                stack.append((child, depth + 1))
     return False
 
 

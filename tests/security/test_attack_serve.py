@@ -55,6 +55,20 @@ def test_json_nested_too_deep_is_a_400_not_a_500(server: FuguServer, depth: int)
     assert status == 400  # the server still answers (a request with no messages)
 
 
+def test_the_depth_limit_counts_lists_and_objects_alike_and_only_containers() -> None:
+    from fugu_cli.serve.routes import _deeper_than
+
+    def nest(levels: int) -> object:
+        value: object = "leaf"
+        for i in range(levels):
+            value = {"k": value, "n": 1} if i % 2 else ["s", value]
+        return value
+
+    assert not _deeper_than(nest(3), 3) and _deeper_than(nest(4), 3)
+    assert not _deeper_than(nest(100), 100) and _deeper_than(nest(101), 100)
+    assert not _deeper_than("a string", 0) and not _deeper_than([["x"] * 1000] * 1000, 2)
+
+
 def test_a_stalled_request_head_is_closed(server: FuguServer) -> None:
     reply = _until_closed(server.port, HEAD.encode() + b"X-Slow: a")
     assert reply.startswith(b"HTTP/1.1 408")
