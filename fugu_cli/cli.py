@@ -748,7 +748,14 @@ def router_train(
     """Train a router from measured outcomes: soft-label KL with SVF, then sep-CMA-ES over its escalation
     policy on replayed episodes."""
     from fugu_cli.errors import UsageError
-    from fugu_cli.router.commands import TrainOptions, stage_named
+    from fugu_cli.router.stages import stage_named
+
+    try:
+        chosen = stage_named(stage)  # before the imports below load torch
+    except UsageError as e:
+        print(f"fugu: {e}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    from fugu_cli.router.commands import TrainOptions
     from fugu_cli.router.es import ESConfig
     from fugu_cli.router.train import TrainConfig
     from fugu_cli.router.trainer import Stage2
@@ -761,11 +768,6 @@ def router_train(
         svf_targets=tuple(t for t in svf.split(",") if t),
         check_accuracy=verifier_accuracy,
     )
-    try:
-        chosen = stage_named(stage)
-    except UsageError as e:
-        print(f"fugu: {e}", file=sys.stderr)
-        raise typer.Exit(2) from None
     opts = TrainOptions(
         tuple(data),
         out,

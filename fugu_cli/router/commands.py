@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
 
 from fugu_cli.cluster import ClusterSpec, choose
 from fugu_cli.config import load_config
@@ -22,18 +21,9 @@ from fugu_cli.router.es import GenerationStats
 from fugu_cli.router.executor import make_executor
 from fugu_cli.router.sources import Source
 from fugu_cli.router.splits import SplitSpec, default_split, split_matrix
+from fugu_cli.router.stages import Stage
 from fugu_cli.router.train import Log, Progress, TrainConfig, train_stage1
 from fugu_cli.router.trainer import Stage2, run_stage2
-
-Stage = Literal["sft", "es", "both"]
-
-
-def stage_named(name: str) -> Stage:
-    """The training stage `name` asks for (`--stage`); a usage error otherwise."""
-    stages: dict[str, Stage] = {"sft": "sft", "es": "es", "both": "both"}
-    if name in stages:
-        return stages[name]
-    raise UsageError(f"--stage {name}: choose sft, es or both")
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -84,6 +86,18 @@ def test_bad_inputs_exit_2(tmp_path: Path) -> None:
         ).code
         == 2
     )
+    # a wrong stage is refused before torch loads (it took seconds to say so)
+    args = ("router", "train", "--data", str(TINY), "--out", str(tmp_path / "o"), "--stage", "x")
+    run = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "fugu_cli", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    imported = {line.rsplit("|", 1)[-1].strip() for line in run.stderr.splitlines() if "|" in line}
+    said = [line for line in run.stderr.splitlines() if "|" not in line]
+    assert run.returncode == 2 and said == ["fugu: --stage x: choose sft, es or both"], run.stderr[-2000:]
+    assert "fugu_cli.cli" in imported and "torch" not in imported
 
 
 def test_train_from_the_stores_outcomes(tmp_path: Path) -> None:
