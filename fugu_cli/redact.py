@@ -70,11 +70,11 @@ _registered: set[str] = set()
 _values: dict[str, str] = {}  # secrets that live in config files, not the environment: value -> label
 _lock = threading.Lock()
 _EnvKey = tuple[frozenset[str], frozenset[tuple[Any, Any]]]
-_last: tuple[_EnvKey | None, dict[str, str]] = (None, {})  # the last environment asked about, its secrets
+# the last environment asked about: its key, its secrets, its items as read and how many names were registered
+# then (an unchanged environment is recognised by comparing its items in order, not hashing them into a key)
+_Last = tuple[_EnvKey | None, dict[str, str], list[tuple[Any, Any]] | None, int]
+_last: _Last = (None, {}, None, -1)
 _redacted: OrderedDict[tuple[_EnvKey, str], str] = OrderedDict()  # the last texts redacted in it
-# the environment's items as last read, how many names were registered then, and their key: an unchanged
-# environment is recognised by comparing its items in order, without hashing them all into a new key
-_seen: tuple[list[tuple[Any, Any]], int, _EnvKey] | None = None
 
 
 def register_secret_env(names: Iterable[str | None]) -> None:
@@ -88,7 +88,7 @@ def register_secret_values(values: Mapping[str, str]) -> None:
     global _last
     with _lock:
         _values.update({v: label for v, label in values.items() if len(v) >= MIN_SECRET_LEN})
-        _last = (None, {})  # the remembered secrets and redactions lack these
+        _last = (None, {}, None, -1)  # the remembered secrets and redactions lack these
         _redacted.clear()
 
 
@@ -110,27 +110,26 @@ def secret_values(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 def _secrets(environ: Mapping[str, str] | None) -> tuple[_EnvKey, dict[str, str]]:
     """The environment's key and its secrets, remembered until the environment (or the registered names)
     change: every stored message and tool output is redacted, several times a step."""
-    global _last, _seen
+    global _last
     env = os.environ if environ is None else environ
     # os.environ's own bytes: reading them through the mapping decodes every value on every call
     items = list(os.environ._data.items() if env is os.environ else env.items())  # type: ignore[attr-defined]
     with _lock:
-        seen, last = _seen, _last
-        if seen is not None and seen[1] == len(_registered) and last[0] is seen[2] and seen[0] == items:
-            return seen[2], last[1]  # (names are only ever added: the same count is the same names)
-        registered = frozenset(_registered)
-        count = len(_registered)
-    key: _EnvKey = (registered, frozenset(items))
+        key, found, seen, count = _last
+        # names are only ever added: the same count is the same names
+        if key is not None and count == len(_registered) and seen == items:
+            return key, found
+        registered, count = frozenset(_registered), len(_registered)
+    new: _EnvKey = (registered, frozenset(items))
     with _lock:
-        if _last[0] == key:
-            _seen = (items, count, _last[0])
-            return _last[0], _last[1]
-    found = _secret_values(env, key[0])
+        if _last[0] == new:
+            _last = (_last[0], _last[1], items, count)
+            return new, _last[1]
+    found = _secret_values(env, new[0])
     with _lock:
-        _last = (key, found)
-        _seen = (items, count, key)
+        _last = (new, found, items, count)
         _redacted.clear()
-    return key, found
+    return new, found
 
 
 def _secret_values(env: Mapping[str, str], registered: frozenset[str]) -> dict[str, str]:

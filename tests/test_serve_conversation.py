@@ -8,8 +8,8 @@ from typing import Any
 
 from fugu_cli.router.prior import PriorRouter
 from fugu_cli.serve.conversation import Conversations, chain
-from fugu_cli.serve.passthrough import Transcript, transcript
-from fugu_cli.types import RouteState, Worker
+from fugu_cli.serve.passthrough import Transcript
+from fugu_cli.types import Message, RouteState, ToolCall, Worker
 
 
 def _call(call_id: str, arguments: Any, name: str = "read_file") -> dict[str, Any]:
@@ -94,7 +94,10 @@ def test_the_routers_transcript_makes_each_message_when_read_and_the_prior_reads
     pool = [Worker(name="parser-expert", model="openai/m", description="fixes the parser")]
     assert PriorRouter().pick(state, pool).worker == "parser-expert" and state.task == "fix the parser"
     assert sum(m is not None for m in lazy._made) == 2  # the system message and the task, no more
-    every = transcript(raw)
-    assert list(lazy) == every and lazy[-1] == every[-1] and lazy[2:4] == every[2:4] and len(lazy) == 54
-    assert every[0].role == "system" and every[2].tool_calls[0].arguments == '{"path": "a.py"}'
-    assert every[3].role == "tool" and every[3].tool_call_id == "c1"
+    call = ToolCall("c1", "read_file", '{"path": "a.py"}')
+    assert lazy[2:4] == [
+        Message(role="assistant", content="", tool_calls=(call,)),
+        Message(role="tool", content="print(1)", tool_call_id="c1"),
+    ]
+    assert lazy[-1] == Message(role="user", content="and then 49") and lazy[0].role == "system"
+    assert len(lazy) == 54 and len(list(lazy)) == 54 and lazy[2] is lazy[2]  # each made once

@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fugu_cli.serve.params import text_of
+from fugu_cli.serve.params import ROLE_ALIASES, text_of
 
 MAX_PREFIXES = 50_000
 
@@ -26,7 +26,7 @@ def _digest(previous: bytes, message: Mapping[str, Any]) -> bytes:
     text, tool calls (how many; each one's id, name and arguments) and tool call id, each tagged and
     length-prefixed (nothing to escape)."""
     role = message.get("role")
-    role = {"developer": "system", "function": "tool"}.get(str(role), role)
+    role = ROLE_ALIASES.get(str(role), role)
     try:
         content = text_of(message.get("content"))
     except Exception:
@@ -37,7 +37,7 @@ def _digest(previous: bytes, message: Mapping[str, Any]) -> bytes:
         fn = c.get("function") or {}
         parts += (_part(c.get("id")), _part(fn.get("name")), _part(fn.get("arguments")))
     parts.append(_part(message.get("tool_call_id")))
-    return hashlib.sha256(b"".join(parts)).digest()[:16]  # sha256: CPUs hash it in hardware (3x blake2b)
+    return hashlib.sha256(b"".join(parts)).digest()[:16]  # CPUs with SHA extensions: 3x blake2b's speed
 
 
 def _part(value: Any) -> bytes:

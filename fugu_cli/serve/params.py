@@ -15,6 +15,7 @@ from fugu_cli.serve.wire import AGENT_MODELS, PASS_MODEL, ApiError, bad_param
 
 Mode = Literal["pass", "agent", "ultra"]
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+ROLE_ALIASES = {"developer": "system", "function": "tool"}  # OpenAI's newer and older names for two roles
 # What the agent models take besides messages: the rest is sampling the agent's workers choose themselves.
 AGENT_KEYS = frozenset({"model", "messages", "stream", "stream_options", "user", "metadata", "store"})
 AGENT_KEYS |= {"session_id", "response_format", "stop", "n"}

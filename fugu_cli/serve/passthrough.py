@@ -31,7 +31,7 @@ from fugu_cli.llm.parse import StreamAssembler
 from fugu_cli.router import Router
 from fugu_cli.router.prior import PriorRouter
 from fugu_cli.serve.conversation import Conversations, chain
-from fugu_cli.serve.params import ChatRequest, text_of
+from fugu_cli.serve.params import ROLE_ALIASES, ChatRequest, text_of
 from fugu_cli.serve.wire import ApiError
 from fugu_cli.store import Store, new_session_id
 from fugu_cli.types import Message, RouteDecision, RouteState, ToolCall, Usage, Worker
@@ -41,7 +41,6 @@ T = TypeVar("T")
 log = logging.getLogger("fugu")
 
 MAX_SESSIONS = 10_000
-_ROLES = {"developer": "system", "function": "tool"}
 
 
 @dataclass
@@ -356,13 +355,8 @@ class Transcript(Sequence[Message]):
         return made
 
 
-def transcript(messages: Sequence[dict[str, Any]]) -> list[Message]:
-    """The request's messages as the router reads them, all made at once."""
-    return list(Transcript(messages))
-
-
 def _message(m: dict[str, Any]) -> Message:
-    role = _ROLES.get(str(m.get("role")), m.get("role"))
+    role = ROLE_ALIASES.get(str(m.get("role")), m.get("role"))
     calls = tuple(
         ToolCall(str(c.get("id") or ""), str(fn.get("name") or ""), _arguments(fn.get("arguments")))
         for c in m.get("tool_calls") or ()
