@@ -184,7 +184,7 @@ def test_prompt_session_and_stop_hooks(tmp_path: Path, loopback: LoopbackServer)
     assert run.stdout.strip() == "Tests fail: add."
     first, second, third = (r.messages for r in loopback.requests_for("solo"))
     system = [m["content"] for m in first if m["role"] == "system"]
-    assert any("the team writes British English" in s for s in system)
+    assert any("the team writes British English" in s for s in system), (system, run.stderr, _hook_runs())
     assert first[-1]["content"] == (
         "is add right?\n\n<user-prompt-submit-hook>\nticket ABC-123\n</user-prompt-submit-hook>"
     )
