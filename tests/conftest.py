@@ -141,20 +141,9 @@ def _signal_handlers() -> None:
 
 
 DURATIONS = "fugu/durations"  # in pytest's cache: each test's last measured seconds (setup, call, teardown)
-# Files whose tests each take tens of seconds (CPU-bound: torch and transformers imports, training, Ray), run
-# first where the cache has no figures yet (a fresh clone), so that no worker starts one last.
-HEAVY = (
-    "tests/e2e/test_eval_cli.py",
-    "tests/e2e/test_router_cli.py",
-    "tests/conductor/test_conductor_eval.py",
-    "tests/conductor/test_train_cli.py",
-    "tests/conductor/test_learning.py",
-    "tests/conductor/test_trained_conductor.py",
-    "tests/router/test_train.py",
-    "tests/router/test_lambda.py",
-    "tests/acp/test_acp.py",
-    "tests/action/test_action.py",
-)
+# The same figures as the repository keeps them, for a fresh clone whose cache has none (CI): the tests that
+# took 0.5 s or more in a full run (tools/save_test_durations.py writes it from the cache after `tools/test`)
+SHIPPED_DURATIONS = Path(__file__).with_name("durations.json")
 
 
 RAY_GROUP = "ray"  # pytest-xdist's group of the tests that use the one local Ray instance
@@ -164,29 +153,27 @@ RAY_GROUP = "ray"  # pytest-xdist's group of the tests that use the one local Ra
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The slowest files first, each file's tests together and in their order (tools/test runs pytest-xdist
     with --dist loadgroup, which hands tests out in this order as workers free up: a long test handed out
-    last would hold the run up alone). Slowest: HEAVY's files the cache has no times for, then by the times
-    the last runs measured (pytest's cache). Not with --lf, --ff or --nf, which choose an order themselves.
-    The tests that use the one local Ray instance share a worker, which starts the instance once (this
-    hook runs first: after pytest-xdist's, the marker was read by nobody, and every worker started one)."""
+    last would hold the run up alone). A file's time is the sum of its tests' last measured times: pytest's
+    cache, else the repository's durations.json (a fresh clone). The Ray group goes first whatever its
+    place: pytest-xdist hands out the work unit with the most tests first. Not with --lf, --ff or --nf,
+    which choose an order themselves. The tests that use the one local Ray instance share a worker, which
+    starts the instance once (this hook runs first: after pytest-xdist's, the marker was read by nobody,
+    and every worker started one)."""
     for item in items:
         if uses_ray(item):
             item.add_marker(pytest.mark.xdist_group(RAY_GROUP))
     cache = getattr(config, "cache", None)
     if cache is None or any(config.getoption(o, False) for o in ("lf", "failedfirst", "newfirst")):
         return
-    known: dict[str, float] = cache.get(DURATIONS, {})
+    known: dict[str, float] = {}
+    if SHIPPED_DURATIONS.exists():
+        known = json.loads(SHIPPED_DURATIONS.read_text("utf-8"))
+    known |= cache.get(DURATIONS, {})
     files: dict[str, float] = {}
     for item in items:
         path = item.nodeid.split("::", 1)[0]
-        if item.nodeid in known:
-            files[path] = files.get(path, 0.0) + float(known[item.nodeid])
-    first = {path: len(HEAVY) - i for i, path in enumerate(HEAVY) if path not in files}
-
-    def slowest_first(item: pytest.Item) -> tuple[int, float]:
-        path = item.nodeid.split("::", 1)[0]
-        return (-first.get(path, 0), -files.get(path, 0.0))
-
-    items.sort(key=slowest_first)
+        files[path] = files.get(path, 0.0) + float(known.get(item.nodeid, 0.0))
+    items.sort(key=lambda item: -files[item.nodeid.split("::", 1)[0]])
 
 
 _LOST_GROUP: set[str] = set()
