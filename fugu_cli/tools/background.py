@@ -175,9 +175,15 @@ class BackgroundShells:
             if job.exit_code is not None or job.proc is None:
                 return
             job.killed = True
-        sb.kill_tree(job.proc)
+        sb.kill_tree(job.proc)  # returns once the command is dead and reaped
         if job.thread is not None:
-            job.thread.join(timeout=5)
+            job.thread.join(timeout=5)  # its last output, read to the end
+        with job.cond:
+            # the reader can still be waiting: on a loaded machine, or on a process that left the command's
+            # group and holds its output open; the command itself is dead, and its slot is free
+            if job.exit_code is None:
+                job.exit_code = job.proc.returncode
+                job.cond.notify_all()
 
     def list(self) -> list[ShellInfo]:
         with self._lock:

@@ -15,7 +15,17 @@ from typing import Literal
 
 
 def kill_tree(proc: subprocess.Popen[bytes]) -> None:
-    """Kill the command and everything it started (the sandbox's PID namespace dies with its init)."""
+    """Kill the command and everything it started (the sandbox's PID namespace dies with its init).
+
+    The command leads its own process group, which one signal kills; but what it started in a session of its
+    own is not in it. bwrap's sandbox is such a child (`--new-session`, pid 1 of its namespace), and it dies
+    with bwrap only once it has asked to (PR_SET_PDEATHSIG): a bwrap killed in its first milliseconds left
+    its sandbox running for good, the command in it too. So while the command has not ended, it is stopped
+    (it can start nothing more) and its descendants are killed first, by process id."""
+    if proc.poll() is None:  # not yet reaped: its pid is still its own, and so are its children's
+        _signal(proc.pid, signal.SIGSTOP)
+        for pid in _descendants(proc.pid):  # stopped, the command can start no more
+            _signal(pid, signal.SIGKILL)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -25,6 +35,36 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
     except ProcessLookupError:
         pass
     proc.wait()
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _descendants(root: int) -> list[int]:
+    """The processes below `root` (children first), from /proc: every process's parent, read once."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # ended meanwhile
+        # pid (comm) state ppid ...: comm may hold spaces and parentheses, so read after the last ")"
+        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out: list[int] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
 
 
 def wait(

@@ -4,7 +4,9 @@ ends; the service itself keeps only the newest output and kills everything at cl
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import signal
 import socket
 import time
 from pathlib import Path
@@ -91,6 +93,30 @@ def test_the_service_keeps_the_newest_output_and_close_kills_every_command(tmp_p
         assert not _alive(pid)
     with pytest.raises(ToolFailed, match="session is ending"):
         shells.start("true", tmp_path, policy)
+
+
+def test_a_killed_command_is_killed_though_a_process_it_left_behind_holds_its_output(tmp_path: Path) -> None:
+    """Unsandboxed, a process the command left behind (started by a subshell that has ended, in a session
+    of its own: neither the command's group nor its descendant) outlives the kill and keeps the output pipe
+    open, so the reader never sees its end: the command itself is dead, and says so at once (it said
+    "running" for good before, and held its slot)."""
+    shells = BackgroundShells(max_running=1)
+    policy = dataclasses.replace(sb.default_policy(), mode="off")
+    marker = tmp_path / "left.pid"
+    job = shells.start(f"(setsid sh -c 'echo $$ > {marker}; exec sleep 60' &); sleep 600", tmp_path, policy)
+    deadline = time.monotonic() + 60
+    while not marker.exists() or not marker.read_text().strip():
+        assert time.monotonic() < deadline, "the straggler never started"
+        time.sleep(0.05)
+    straggler = int(marker.read_text())
+    try:
+        info = shells.kill(job.id)
+        assert info.state == "killed" and not info.running
+        assert not _alive(job.pid) and _alive(straggler)
+        shells.start("true", tmp_path, policy)  # its slot is free
+    finally:
+        os.kill(straggler, signal.SIGKILL)
+        shells.close()
 
 
 def _info(shells: BackgroundShells, id: str) -> ShellInfo:
