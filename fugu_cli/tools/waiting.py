@@ -18,9 +18,10 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
     """Kill the command and everything it started (the sandbox's PID namespace dies with its init).
 
     The command leads its own process group, which one signal kills; but what it started in a session of its
-    own is not in it. bwrap's sandbox is such a child (`--new-session`, pid 1 of its namespace), and it dies
-    with bwrap only once it has asked to (PR_SET_PDEATHSIG): a bwrap killed in its first milliseconds left
-    its sandbox running for good, the command in it too. So while the command has not ended, it is stopped
+    own is not in it. bwrap's sandbox is such a child (`--new-session`, pid 1 of its namespace), which dies
+    with bwrap through PR_SET_PDEATHSIG, set by the sandbox itself as it starts: a bwrap killed in its first
+    milliseconds left its sandbox running for good, the command in it too (seen: pid 1 of its namespace,
+    parent 1). So while the command has not ended, it is stopped
     (it can start nothing more) and its descendants are killed first, by process id."""
     if proc.poll() is None:  # not yet reaped: its pid is still its own, and so are its children's
         _signal(proc.pid, signal.SIGSTOP)
@@ -44,9 +45,15 @@ def _signal(pid: int, sig: signal.Signals) -> None:
         pass
 
 
-def _descendants(root: int) -> list[int]:
-    """The processes below `root` (children first), from /proc: every process's parent, read once."""
-    children: dict[int, list[int]] = {}
+def children_by_parent() -> dict[int, list[int]]:
+    """Every process's children, by parent pid: from /proc, read once (`ps` where there is no /proc)."""
+    out: dict[int, list[int]] = {}
+    if not os.path.isdir("/proc"):
+        found = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True, check=False)
+        for line in found.stdout.splitlines():
+            child, parent = line.split()
+            out.setdefault(int(parent), []).append(int(child))
+        return out
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -57,7 +64,13 @@ def _descendants(root: int) -> list[int]:
             continue  # ended meanwhile
         # pid (comm) state ppid ...: comm may hold spaces and parentheses, so read after the last ")"
         ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
+        out.setdefault(ppid, []).append(int(entry.name))
+    return out
+
+
+def _descendants(root: int) -> list[int]:
+    """The processes below `root`, parents before their children."""
+    children = children_by_parent()
     out: list[int] = []
     todo = [root]
     while todo:

@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 GRACE_S = 5.0
 _CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -95,28 +94,12 @@ class Stopper:
 def kill_commands() -> None:
     """Kill the process groups of this process's children that lead their own group: the shell tool starts
     every command that way, and nothing a command started may outlive the stop."""
+    from fugu_cli.tools.waiting import children_by_parent  # only when stopping
+
     me, own_group = os.getpid(), os.getpgrp()
-    for pid in _children(me):
+    for pid in children_by_parent().get(me, []):
         try:
             if os.getpgid(pid) == pid != own_group:
                 os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-
-
-def _children(parent: int) -> list[int]:
-    proc = Path("/proc")
-    if proc.is_dir():
-        out = []
-        for stat in proc.glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if int(fields[1]) == parent:
-                out.append(int(stat.parent.name))
-        return out
-    import subprocess
-
-    found = subprocess.run(["pgrep", "-P", str(parent)], capture_output=True, text=True, check=False)
-    return [int(p) for p in found.stdout.split()]
