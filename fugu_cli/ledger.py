@@ -1,7 +1,9 @@
 """The ledger: the append-only record of what each agent did (route decisions, steps, tool calls, messages).
 
 One `Ledger` per transcript ("scope": "main" in fugu mode, one per workflow step in ultra mode); `turn(n)`
-binds it to one turn. Written after every step so a crash loses nothing. Never prints; the SQL is the store's.
+binds it to one turn. Written after every step so a crash loses nothing (serve's pass-through, answering from
+its event loop, writes a call's rows just after its reply: serve/passthrough.py, `Held`). Never prints; the
+SQL is the store's.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -58,11 +59,27 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
         run = RunOptions(cwd=repo, pool=str(pool), permission_mode=mode, max_turns=turns)
         server = FuguServer(ServeOptions(run=run, port=0, **options)).start()
         servers.append(server)
+        _live.append(server)
         return server
 
     yield start
     for server in servers:
+        _live.remove(server)
         server.stop()
+
+
+_live: list[FuguServer] = []  # the `serve` fixture's servers: `rows` waits for the rows they hold back
+
+
+def written(limit_s: float = 10.0) -> None:
+    """Wait until the in-process servers wrote the rows of every call they answered: a whole pass-through
+    reply served from the event loop is sent before its rows are written (`passthrough.Held`)."""
+    deadline = time.monotonic() + limit_s
+    for server in _live:
+        made = server.hub.made_passthrough()
+        while made is not None and made.unwritten and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert made is None or not made.unwritten, f"{made.unwritten} calls' rows still unwritten"
 
 
 def post(
@@ -99,5 +116,6 @@ def ask(task: str, model: str = "fugu", **extra: Any) -> dict[str, Any]:
 
 
 def rows(sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    written()
     with sqlite3.connect(Path(os.environ["FUGU_HOME"]) / "fugu.db") as conn:
         return list(conn.execute(sql, args).fetchall())

@@ -6,6 +6,7 @@ against loopback workers."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from pathlib import Path
 
@@ -135,3 +136,34 @@ def test_the_loop_and_the_worker_thread_leave_the_same_rows(
     steps = rows("SELECT session_id, turn, step, worker, status, text FROM steps ORDER BY rowid")
     assert [s[1:] for s in steps] == [(1, 1, "alpha", "ok", "one"), (1, 1, "alpha", "ok", "two")]
     assert [s for (s,) in rows("SELECT source FROM route_decisions ORDER BY rowid")] == ["prior", "prior"]
+
+
+def test_the_reply_does_not_wait_for_its_rows(tmp_path: Path, loopback: LoopbackServer, serve: Serve) -> None:
+    """Served from the loop, a call's rows are written once its reply is sent: another process holding the
+    store's write lock (a REPL, `fugu sessions prune`) delays the rows, not the reply. Before, the reply
+    waited for the lock (SQLite's busy timeout: 30 s). The event loop still waits for it after the reply,
+    as it did before: the rows are written in the loop, so that the conversation's next call finds them."""
+    loopback.script("alpha", ["one", "two"])
+    server, passthrough = _loop_server(serve, pool_file(tmp_path, loopback, "alpha"))
+    client = _client(server.url, timeout=10)
+    first = client.chat.completions.create(model="fugu", messages=[{"role": "user", "content": "a"}])
+    assert rows("SELECT status FROM steps") == [("ok",)]
+    other = sqlite3.connect(Path(os.environ["FUGU_HOME"]) / "fugu.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # the write lock, held
+    try:
+        start = time.monotonic()
+        second = client.chat.completions.create(model="fugu", messages=[{"role": "user", "content": "b"}])
+        assert time.monotonic() - start < 5 and second.choices[0].message.content == "two"
+        time.sleep(0.2)
+        assert passthrough.unwritten == 1  # waiting for the lock
+        assert other.execute("SELECT count(*) FROM steps").fetchone() == (1,)
+    finally:
+        other.execute("COMMIT")
+        other.close()
+    assert first.model_extra is not None and second.model_extra is not None
+    sessions = [first.model_extra["fugu"]["session_id"], second.model_extra["fugu"]["session_id"]]
+    assert rows("SELECT session_id, status, text FROM steps ORDER BY rowid") == [
+        (sessions[0], "ok", "one"),
+        (sessions[1], "ok", "two"),
+    ]
+    assert rows("SELECT count(*) FROM route_decisions") == [(2,)] and passthrough.unwritten == 0

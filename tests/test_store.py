@@ -42,6 +42,33 @@ def test_a_turn_ledger_records_routes_steps_and_calls_with_their_decision(tmp_pa
     assert Ledger(store, "s1", "wf1.s0").tool_calls() == []
 
 
+def test_a_batch_of_writes_is_one_transaction_all_or_none(tmp_path: Path) -> None:
+    """`batch`: write methods with transactions of their own (a step) join the batch's one transaction; a
+    write that fails takes back the ones before it, and the store goes on writing afterwards."""
+    store = Store(tmp_path / "fugu.db")
+    step = StepRecord(1, RouteDecision("alpha", {}, "prior", 0.1), "ok", Usage(1, 1, 0, 0.5), "hi", 1.0)
+    turn = Ledger(store, "s1").turn(1)
+    store.batch(
+        [
+            lambda: store.create_session("s1", "/repo", "pass", "[]", "prior"),
+            lambda: turn.route(1, RouteDecision("alpha", {"alpha": 1.0}, "prior", 0.1)),
+            lambda: turn.step(step),
+        ]
+    )
+    assert [s.worker for s in Ledger(store, "s1").steps()] == ["alpha"]
+    assert store.get_session("s1").cost_usd == 0.5  # type: ignore[union-attr]
+
+    def broken() -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    with pytest.raises(sqlite3.OperationalError):
+        store.batch([lambda: store.create_session("s2", "/repo", "pass", "[]", "prior"), broken])
+    assert store.get_session("s2") is None
+    store.create_session("s3", "/repo", "pass", "[]", "prior")  # not left inside a transaction
+    with sqlite3.connect(tmp_path / "fugu.db") as other:  # committed: another connection reads it
+        assert other.execute("SELECT count(*) FROM sessions").fetchone() == (2,)
+
+
 def test_session_ids_made_in_one_second_do_not_collide() -> None:
     """fugu serve makes a session per new conversation, thousands a second under load: 20,000 ids made at
     once are all different (with the 24 random bits ids had, about a dozen would have collided)."""

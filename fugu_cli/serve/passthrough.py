@@ -11,6 +11,7 @@ by the prior, served from the event loop (its blocking parts are a few SQLite ro
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import threading
@@ -24,7 +25,7 @@ from typing import Any, TypeVar, overload
 from fugu_cli.app import Resolved
 from fugu_cli.calls import Answer, Call, Exclusions
 from fugu_cli.errors import ProviderError
-from fugu_cli.ledger import Ledger, StepRecord
+from fugu_cli.ledger import Ledger, StepRecord, TurnLedger
 from fugu_cli.llm.capability import fit
 from fugu_cli.llm.forward import Forwarded, Forwarder, ForwardStream
 from fugu_cli.llm.parse import StreamAssembler
@@ -56,6 +57,48 @@ class PassSession:
         with self.lock:
             self.steps[turn] = self.steps.get(turn, 0) + 1
             return self.steps[turn]
+
+
+class Held:
+    """The rows of one call served from the event loop, kept until its reply is sent and then written in
+    one transaction (`flush`): the client does not wait for them, and one commit replaces three or more.
+    Flushed before the event loop reads another request (nothing in between yields to it), so the next
+    call of the same conversation finds them; another process reading the store may find them a moment
+    after the reply. A failure to write is logged: the reply is gone by then."""
+
+    def __init__(self, store: Store, written: Callable[[], None] = lambda: None) -> None:
+        self.store = store
+        self._writes: list[Callable[[], object]] = []
+        self._written: Callable[[], None] | None = written
+
+    def add(self, write: Callable[..., object], *args: Any, **kwargs: Any) -> None:
+        self._writes.append(functools.partial(write, *args, **kwargs))
+
+    def flush(self) -> None:
+        """Write the rows (once; a second call does nothing)."""
+        writes, self._writes = self._writes, []
+        try:
+            if writes:
+                self.store.batch(writes)
+        except Exception as e:
+            log.warning("the ledger rows of a pass-through call were not written", exc_info=e)
+        finally:
+            written, self._written = self._written, None
+            if written is not None:
+                written()
+
+
+@dataclass(frozen=True)
+class _HeldTurn(TurnLedger):
+    """A turn's ledger whose route and step rows wait in `held`."""
+
+    held: Held
+
+    def route(self, step: int, decision: RouteDecision) -> None:
+        self.held.add(self._store.add_route, self._sid, self._scope, self.turn, step, decision)
+
+    def step(self, record: StepRecord) -> None:
+        self.held.add(self._store.add_step, self._sid, self._scope, self.turn, record)
 
 
 @dataclass(frozen=True)
@@ -104,12 +147,15 @@ class PassThrough:
         self.conversations = Conversations()
         self._pool_json = json.dumps([dataclasses.asdict(w) for w in resolved.pool])
         self.served_in_loop = 0  # whole replies served from the event loop (`acomplete`): diagnostics, tests
+        self.unwritten = 0  # of those, the calls whose rows are not written yet (`Held`); changed in the loop
 
     # sessions
 
-    def session_for(self, req: ChatRequest, digests: Sequence[bytes]) -> PassSession:
+    def session_for(
+        self, req: ChatRequest, digests: Sequence[bytes], held: Held | None = None
+    ) -> PassSession:
         """The session the client named (a server-issued id), else the one whose conversation this request
-        continues (`digests`: its messages' `chain`), else a new one."""
+        continues (`digests`: its messages' `chain`), else a new one (its row in `held` if given)."""
         if req.session:
             return self._named(req.session)
         found = self.conversations.find(digests)
@@ -120,7 +166,12 @@ class PassThrough:
         sid = new_session_id()
         title = next((text_of(m.get("content")) for m in req.messages if m.get("role") == "user"), "")
         title = title.strip().splitlines()[0][:80] if title.strip() else ""
-        self.store.create_session(sid, str(self.root), "pass", self._pool_json, self.router.name, title=title)
+        create = (
+            self.store.create_session
+            if held is None
+            else functools.partial(held.add, self.store.create_session)
+        )
+        create(sid, str(self.root), "pass", self._pool_json, self.router.name, title=title)
         return self._keep(PassSession(sid))
 
     def _named(self, sid: str) -> PassSession:
@@ -167,23 +218,37 @@ class PassThrough:
         cheap = self.router.name == PriorRouter.name  # serve's batching wrapper carries its router's name
         return cheap and self.forwarder.in_loop(self.resolved.pool, req.params)
 
-    async def acomplete(self, req: ChatRequest, cancel: threading.Event) -> dict[str, Any]:
+    def held(self) -> Held:
+        """Where a call served from the event loop keeps its rows until its reply is sent."""
+        self.unwritten += 1
+        return Held(self.store, self._written)
+
+    def _written(self) -> None:
+        self.unwritten -= 1
+
+    async def acomplete(self, req: ChatRequest, cancel: threading.Event, held: Held) -> dict[str, Any]:
         """`complete` in the event loop, for the requests `in_loop` accepts: the same routing, retries,
-        failover, rows and reply. Its blocking parts (the store's rows, the prior's decision) are short."""
+        failover, rows and reply; the rows wait in `held`, which the caller flushes once the reply is sent
+        (or once this raised). Its blocking part (the prior's decision) is short."""
         self.served_in_loop += 1
         digests = chain(req.messages)
-        session = self.session_for(req, digests)
+        session = self.session_for(req, digests, held)
         send = self.forwarder.acomplete
-        call, routed = self._call(req, session, cancel, lambda w, params: send(w, params, cancel))
+        call, routed = self._call(req, session, cancel, lambda w, params: send(w, params, cancel), held)
         answer = await self.calls.arun(call)
-        return self._completed(req, digests, routed(answer), answer.value)
+        return self._completed(req, digests, routed(answer), answer.value, held)
 
     def _completed(
-        self, req: ChatRequest, digests: Sequence[bytes], call: Routed, reply: Forwarded
+        self,
+        req: ChatRequest,
+        digests: Sequence[bytes],
+        call: Routed,
+        reply: Forwarded,
+        held: Held | None = None,
     ) -> dict[str, Any]:
         choices = reply.body.get("choices") or [{}]
         message = choices[0].get("message") or {}
-        self._record(call, reply.usage, "ok", _summary(message))
+        self._record(call, reply.usage, "ok", _summary(message), held)
         if len(choices) == 1:
             self._learn(digests, call.session, message)
         return reply.body | {"model": req.model, "fugu": call.fugu(reply.usage)}
@@ -216,8 +281,10 @@ class PassThrough:
         session: PassSession,
         cancel: threading.Event,
         send: Callable[[Worker, dict[str, Any]], T],
+        held: Held | None = None,
     ) -> tuple[Call[T], Callable[[Answer[Any]], Routed]]:
-        """The worker-call service's call for this request, and what makes its answer a `Routed` call."""
+        """The worker-call service's call for this request (its rows in `held` if given), and what makes
+        its answer a `Routed` call."""
         self._check_worker(req)
         turn = max(1, sum(1 for m in req.messages if m.get("role") == "user"))
         step = session.next_step(turn)
@@ -226,7 +293,11 @@ class PassThrough:
             pool=self.resolved.pool,
             route=lambda ex: self._route(req, session, step, ex),
             send=lambda attempt: send(attempt.worker, self._params(req, attempt.worker)),
-            ledger=Ledger(self.store, session.id).turn(turn),
+            ledger=(
+                Ledger(self.store, session.id).turn(turn)
+                if held is None
+                else _HeldTurn(Ledger(self.store, session.id), turn, held)
+            ),
             step=step,
             cancel=cancel,
         )
@@ -314,12 +385,15 @@ class PassThrough:
             log.warning("router failed", exc_info=e)
             return self._fallback.pick(state, pool)
 
-    def _record(self, call: Routed, usage: Usage, status: str, text: str) -> None:
-        """The step's answered attempt (the route and the failed attempts are already recorded)."""
-        ledger = Ledger(self.store, call.session.id).turn(call.turn)
-        ledger.step(StepRecord(call.step, call.decision, status, usage, text[:2000], call.started))
-        for note in call.dropped:
-            self.store.add_note(call.session.id, call.turn, call.step, note)
+    def _record(self, call: Routed, usage: Usage, status: str, text: str, held: Held | None = None) -> None:
+        """The step's answered attempt (the route and the failed attempts are already recorded), its rows
+        in `held` if given."""
+        ledger = Ledger(self.store, call.session.id)
+        turn = ledger.turn(call.turn) if held is None else _HeldTurn(ledger, call.turn, held)
+        turn.step(StepRecord(call.step, call.decision, status, usage, text[:2000], call.started))
+        note = self.store.add_note if held is None else functools.partial(held.add, self.store.add_note)
+        for dropped in call.dropped:
+            note(call.session.id, call.turn, call.step, dropped)
         if status == "ok":
             call.session.last_worker = call.worker.name
 

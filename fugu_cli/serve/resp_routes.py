@@ -30,6 +30,7 @@ from fugu_cli.serve.routes import (
     pass_stream,
     pass_whole,
     read_json,
+    then,
 )
 from fugu_cli.serve.sse import EventStream, sse
 from fugu_cli.serve.turns import Finished, Slot, context
@@ -71,12 +72,16 @@ async def create(request: Request) -> Response:
 async def _pass(request: Request, asked: Asked, req: ChatRequest, owner: str) -> Response:
     hub = _hub(request)
     if not req.stream:
-        reply = await pass_whole(request, req)
-        body = response_from_chat(reply, asked.body, asked.tools)
-        sid = reply["fugu"]["session_id"]
-        await _blocking(request, lambda: hub.book.keep(asked, body, sid, owner))
+        reply, after = await pass_whole(request, req)
+        try:
+            body = response_from_chat(reply, asked.body, asked.tools)
+            sid = reply["fugu"]["session_id"]
+            await _blocking(request, lambda: hub.book.keep(asked, body, sid, owner))
+        except BaseException:
+            after()
+            raise
         headers = {"x-fugu-session": sid} | dropped_header(reply["fugu"].get("dropped", ()))
-        return JSONResponse(body, headers=headers)
+        return then(after, lambda: JSONResponse(body, headers=headers))
     call, items, cancel, done = await pass_stream(request, req)
     events = ResponseEvents(asked.body, asked.tools)
     keep = functools.partial(hub.book.keep, asked, session_id=call.session.id, owner=owner)

@@ -13,6 +13,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from fugu_cli.events import Event
 from fugu_cli.serve.hub import Hub
@@ -145,8 +146,8 @@ async def chat_completions(request: Request) -> Response:
 
 async def _pass_chat(request: Request, req: ChatRequest) -> Response:
     if not req.stream:
-        body = await pass_whole(request, req)
-        return JSONResponse(body, headers={"x-fugu-session": body["fugu"]["session_id"]})
+        body, after = await pass_whole(request, req)
+        return then(after, lambda: JSONResponse(body, headers={"x-fugu-session": body["fugu"]["session_id"]}))
     call, items, cancel, done = await pass_stream(request, req)
     chunks = _chat_chunks(req, call, items, done)
     return EventStream(chunks, cancel, {"x-fugu-session": call.session.id})  # type: ignore[return-value]
@@ -156,17 +157,52 @@ async def _pass_chat(request: Request, req: ChatRequest) -> Response:
 # it ends (a whole reply), or until the stream that relays it ends (`done`)
 
 
-async def pass_whole(request: Request, req: ChatRequest) -> dict[str, Any]:
-    """The pass-through's whole chat.completion (with its `fugu` field)."""
+async def pass_whole(request: Request, req: ChatRequest) -> tuple[dict[str, Any], Callable[[], None]]:
+    """The pass-through's whole chat.completion (with its `fugu` field), and what to call once it is sent:
+    served from the event loop, the call's ledger rows are written then (`then`), not before the reply."""
     hub = _hub(request)
     made = hub.made_passthrough()
     with hub.running() as cancel:
         if made is not None and made.in_loop(req):  # no worker thread: about 1 ms less a call (BENCHMARKS.md)
-            return await run_here(request.receive, made.acomplete(req, cancel), cancel)
+            held = made.held()
+            try:
+                return await run_here(request.receive, made.acomplete(req, cancel, held), cancel), held.flush
+            except BaseException:
+                held.flush()
+                raise
         body: dict[str, Any] = await _blocking(
             request, lambda: hub.passthrough().complete(req, cancel), cancel
         )
-    return body
+    return body, _nothing
+
+
+def _nothing() -> None:
+    return None
+
+
+class _Then(Response):
+    """A response, then `after` once it is sent (or failed to be). Only called, as starlette's routes do."""
+
+    def __init__(self, response: Response, after: Callable[[], None]) -> None:
+        self._response = response
+        self._after = after
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self._response(scope, receive, send)
+        finally:
+            self._after()
+
+
+def then(after: Callable[[], None], respond: Callable[[], Response]) -> Response:
+    """The response `respond` makes, with `after` called once it is sent; called at once if it cannot be
+    made."""
+    try:
+        response = respond()
+    except BaseException:
+        after()
+        raise
+    return _Then(response, after)
 
 
 async def pass_stream(

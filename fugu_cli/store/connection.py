@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ class Connection:
         """`readonly`: read another fugu's store (e.g. to train on its outcomes); never migrates or writes."""
         self.path = path
         self._lock = threading.RLock()
+        self._in_batch = False  # inside `batch`'s transaction: a write method's own transaction joins it
         try:
             if readonly:
                 uri = f"file:{path}?mode=ro"
@@ -80,9 +81,23 @@ class Connection:
         with self._lock:
             self._db.close()
 
+    def batch(self, writes: Sequence[Callable[[], object]]) -> None:
+        """`writes` (calls of this store's write methods) in one transaction: all or none, and one commit
+        where each would have made its own."""
+        with self._transaction():
+            self._in_batch = True
+            try:
+                for write in writes:
+                    write()
+            finally:
+                self._in_batch = False
+
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
+            if self._in_batch:  # this thread's `batch` holds the lock: its transaction is this one
+                yield self._db
+                return
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
