@@ -5,11 +5,13 @@ against loopback workers."""
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
@@ -167,3 +169,100 @@ def test_the_reply_does_not_wait_for_its_rows(tmp_path: Path, loopback: Loopback
         (sessions[1], "ok", "two"),
     ]
     assert rows("SELECT count(*) FROM route_decisions") == [(2,)] and passthrough.unwritten == 0
+
+
+def test_a_stream_from_the_loop_fails_over_before_its_first_chunk_and_relays_the_rest(
+    tmp_path: Path, loopback: LoopbackServer, serve: Serve
+) -> None:
+    _config("[llm]\nmax_retries = 0\n")
+    loopback.script("alpha", [{"fault": 500}])
+    loopback.script("beta", [{"content": "streamed from the loop", "chunk_size": 4}])
+    server, passthrough = _loop_server(serve, pool_file(tmp_path, loopback, "alpha", "beta"))
+    chunks = list(
+        _client(server.url).chat.completions.create(
+            model="fugu",
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert passthrough.served_in_loop == 1 and len(chunks) > 3  # relayed chunk by chunk
+    assert "".join(c.choices[0].delta.content or "" for c in chunks[:-1]) == "streamed from the loop"
+    assert chunks[0].model_extra is not None and chunks[-1].model_extra is not None
+    assert chunks[0].model_extra["fugu"]["worker"] == "beta" and chunks[0].model_extra["fugu"]["failed"] == [
+        "alpha"
+    ]
+    assert (
+        chunks[-1].choices == [] and chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+    )
+    assert chunks[-1].model_extra["fugu"]["cost_usd"] > 0
+    assert rows("SELECT worker, status, text FROM steps ORDER BY rowid") == [
+        ("alpha", "provider_error", rows("SELECT text FROM steps ORDER BY rowid")[0][0]),
+        ("beta", "ok", "streamed from the loop"),
+    ]
+    assert [w for (w,) in rows("SELECT worker FROM route_decisions ORDER BY rowid")] == ["alpha", "beta"]
+
+
+def test_a_silent_worker_is_cut_before_a_stream_from_the_loop_begins(
+    tmp_path: Path, loopback: LoopbackServer, serve: Serve
+) -> None:
+    _config("[llm]\nmax_retries = 2\nfirst_byte_timeout_s = 0.5\n")
+    silent = SilentServer()
+    try:
+        pool = pool_file(tmp_path, loopback, "alpha", "beta")
+        pool.write_text(pool.read_text().replace(loopback.base_url, silent.base_url, 1))  # alpha is silent
+        server, passthrough = _loop_server(serve, pool)
+        start = time.monotonic()
+        chunks = list(
+            _client(server.url, timeout=30).chat.completions.create(
+                model="fugu", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+        )
+        took = time.monotonic() - start
+    finally:
+        silent.close()
+    assert chunks[0].model_extra is not None and chunks[0].model_extra["fugu"]["failed"] == ["alpha"]
+    assert 0.5 <= took < 5.0 and silent.posts == 1 and passthrough.served_in_loop == 1
+    (text,) = [t for (s, t) in rows("SELECT status, text FROM steps ORDER BY rowid") if s == "provider_error"]
+    assert "sent nothing for 0.5 s" in text
+
+
+def test_a_stream_from_the_loop_whose_client_leaves_is_cut_and_leaves_an_interrupted_row(
+    tmp_path: Path, loopback: LoopbackServer, serve: Serve
+) -> None:
+    """The client reads the first chunk and hangs up: fugu stops reading from the worker (its connection is
+    closed: the worker's next write fails), the step is recorded as interrupted with what was relayed, and
+    the server goes on serving."""
+    loopback.script(
+        "alpha", [{"content": "one two three four five six", "chunk_size": 4, "chunk_delay_s": 0.3}]
+    )
+    loopback.script("alpha", ["next"])
+    server, passthrough = _loop_server(serve, pool_file(tmp_path, loopback, "alpha"))
+    with httpx.stream(
+        "POST",
+        server.url + "/chat/completions",
+        json={"model": "fugu", "messages": [{"role": "user", "content": "hi"}], "stream": True},
+        headers={"Authorization": f"Bearer {KEY}"},
+        timeout=10,
+    ) as response:
+        texts = (
+            json.loads(line[6:])["choices"][0]["delta"].get("content")
+            for line in response.iter_lines()
+            if line.startswith("data: ")
+        )
+        first = next(t for t in texts if t)  # after the role's chunk
+    assert first == "one "
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not rows("SELECT 1 FROM steps WHERE status = 'interrupted'"):
+        time.sleep(0.05)
+    ((status, text),) = rows("SELECT status, text FROM steps")
+    assert status == "interrupted" and text.startswith("one ") and "six" not in text
+    (post,) = [r for r in loopback.requests if r.method == "POST"]
+    while time.monotonic() < deadline and post.status is None:
+        time.sleep(0.05)
+    assert post.status == 499  # the worker's write failed: fugu closed the connection
+    reply = _client(server.url).chat.completions.create(
+        model="fugu", messages=[{"role": "user", "content": "again"}], stream=True
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in reply) == "next"
+    assert passthrough.served_in_loop == 2

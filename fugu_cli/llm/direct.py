@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, Literal
 
 from fugu_cli.types import Worker
@@ -346,11 +346,19 @@ class AsyncDirect:
 
     async def read_chunks(self, response: Any) -> list[dict[str, Any]]:
         """A stream's chunks to its end (a whole JSON reply as one chunk, as `DirectClient.stream`)."""
-        async with _async_faults():
-            try:
+        return [chunk async for chunk in self.iter_chunks(response)]
+
+    async def iter_chunks(self, response: Any) -> AsyncIterator[dict[str, Any]]:
+        """A stream's chunks as they come (a whole JSON reply as one chunk). Read to its end, the connection
+        goes back to the pool; left early (closed), it is closed."""
+        ended = False
+        try:
+            async with _async_faults():
                 if "json" in response.headers.get("content-type", ""):
-                    return [_as_chunk(await response.read())]
-                chunks: list[dict[str, Any]] = []
+                    chunk = _as_chunk(await response.read())
+                    ended = True
+                    yield chunk
+                    return
                 after = 0  # lines read after `[DONE]`: to the body's end, so the connection is kept
                 async for raw in response.content:
                     if after:
@@ -362,10 +370,13 @@ class AsyncDirect:
                     if data is _DONE:
                         after = 1
                     elif data is not None:
-                        chunks.append(data)
-                return chunks
-            finally:
+                        yield data
+                ended = True
+        finally:
+            if ended:
                 response.release()
+            else:
+                response.close()
 
 
 class _async_faults:

@@ -13,7 +13,7 @@ compatible workers only). Parameters are never dropped silently: a provider that
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -26,7 +26,15 @@ from fugu_cli.llm.parse import MalformedReply, usage_from
 from fugu_cli.llm.pricing import PriceBook
 from fugu_cli.types import Usage, Worker
 
-__all__ = ["ForwardStream", "Forwarded", "Forwarder", "RequestRejected", "chunk_json", "completion_json"]
+__all__ = [
+    "AsyncForwardStream",
+    "ForwardStream",
+    "Forwarded",
+    "Forwarder",
+    "RequestRejected",
+    "chunk_json",
+    "completion_json",
+]
 
 # What the client may not set: where the call goes and how litellm behaves are fugu's business.
 RESERVED = frozenset({"model", "stream", "stream_options", "api_base", "base_url", "api_key", "timeout"})
@@ -45,8 +53,22 @@ class Forwarded:
     warning: str | None = None
 
 
+class _Chunks:
+    """What both streams do with each chunk: keep its usage (and cost), pass on those with choices."""
+
+    usage: Usage
+    usage_json: dict[str, Any] | None
+
+    def _emit(self, chunk: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        if chunk.get("usage"):
+            self.usage, self.usage_json = usage_from(chunk["usage"]), chunk["usage"]
+        chunk.pop("usage", None)
+        if chunk.get("choices"):
+            yield chunk
+
+
 @dataclass
-class ForwardStream:
+class ForwardStream(_Chunks):
     """The chunks of a streamed reply as OpenAI chat.completion.chunk objects, usage chunks removed.
     After the last chunk, `usage` holds the reply's usage with its cost."""
 
@@ -79,13 +101,6 @@ class ForwardStream:
             self.close()
         self.usage, self.warning = self._prices.cost(self.worker, self.usage)
 
-    def _emit(self, chunk: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        if chunk.get("usage"):
-            self.usage, self.usage_json = usage_from(chunk["usage"]), chunk["usage"]
-        chunk.pop("usage", None)
-        if chunk.get("choices"):
-            yield chunk
-
     def close(self) -> None:
         """Stop reading from the worker (closes its connection)."""
         close = getattr(self._rest, "close", None)
@@ -94,6 +109,47 @@ class ForwardStream:
                 close()
             except Exception:
                 pass
+
+
+@dataclass
+class AsyncForwardStream(_Chunks):
+    """`ForwardStream` read from an event loop (`Forwarder.astream`): the chunks as they come, usage chunks
+    removed; after the last one `usage` holds the reply's usage with its cost. Closing it (`aclose`, also
+    when it is left early) closes the worker's connection."""
+
+    worker: Worker
+    _first: dict[str, Any] | None
+    _rest: AsyncIterator[dict[str, Any]]
+    _prices: PriceBook
+    usage: Usage = field(default_factory=Usage)
+    usage_json: dict[str, Any] | None = None  # the worker's own usage object
+    warning: str | None = None
+
+    async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+        try:
+            if self._first is not None:
+                for chunk in self._emit(self._first):
+                    yield chunk
+            async for raw in self._rest:
+                for chunk in self._emit(chunk_json(raw)):
+                    yield chunk
+        except (Interrupted, ProviderError):
+            raise
+        except Exception as exc:  # the stream broke after it began: too late to retry or fail over
+            raise ProviderError(
+                f"worker {self.worker.name} ({self.worker.model}): stream broke: {exc}",
+                worker=self.worker.name,
+                retryable=False,
+            ) from exc
+        finally:
+            await self.aclose()
+        self.usage, self.warning = self._prices.cost(self.worker, self.usage)
+
+    async def aclose(self) -> None:
+        """Stop reading from the worker (closes its connection unless the reply was read to its end)."""
+        close = getattr(self._rest, "aclose", None)
+        if close is not None:
+            await close()
 
 
 class Forwarder:
@@ -169,6 +225,41 @@ class Forwarder:
             raise attempt_error(worker, exc, self.config.timeout_s) from exc
         usage, warning = self.prices.cost(worker, usage_from(reply.get("usage")))
         return Forwarded(reply, usage, warning)
+
+    def streams_in_loop(self, pool: Sequence[Worker]) -> bool:
+        """Whether a stream can be asked of any worker of `pool` from the event loop (`astream`)."""
+        return all(is_openai_compatible(w) for w in pool)
+
+    async def astream(
+        self, worker: Worker, params: Mapping[str, Any], cancel: threading.Event | None = None
+    ) -> AsyncForwardStream:
+        """`stream` from the event loop, for OpenAI-compatible workers: the same request, first-byte limit
+        (the status line), faults and chunks; it returns once the first chunk came, so that a worker that
+        fails before it can still be retried or failed over. A client that leaves cancels the task."""
+        import asyncio
+
+        if cancel is not None and cancel.is_set():
+            raise Interrupted(f"interrupted while waiting for {worker.name}")
+        request = self._request(worker, params) | _STREAM
+        limit = self.config.first_byte_timeout_s
+        rest: AsyncIterator[dict[str, Any]] | None = None
+        try:
+            try:
+                async with asyncio.timeout(limit) as first_byte:
+                    response = await self.adirect.open_stream(worker, request)
+            except TimeoutError:
+                if first_byte.expired():
+                    raise silent(worker, limit) from None
+                raise
+            rest = self.adirect.iter_chunks(response)
+            first = await anext(rest, None)
+        except BaseException as exc:
+            if rest is not None:
+                await rest.aclose()  # type: ignore[attr-defined]
+            if isinstance(exc, (Interrupted, ProviderError)) or not isinstance(exc, Exception):
+                raise
+            raise attempt_error(worker, exc, self.config.timeout_s) from exc
+        return AsyncForwardStream(worker, chunk_json(first) if first is not None else None, rest, self.prices)
 
     def stream(
         self, worker: Worker, params: Mapping[str, Any], cancel: threading.Event | None = None

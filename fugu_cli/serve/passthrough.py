@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, overload
@@ -27,7 +27,7 @@ from fugu_cli.calls import Answer, Call, Exclusions
 from fugu_cli.errors import ProviderError
 from fugu_cli.ledger import Ledger, StepRecord, TurnLedger
 from fugu_cli.llm.capability import fit
-from fugu_cli.llm.forward import Forwarded, Forwarder, ForwardStream
+from fugu_cli.llm.forward import AsyncForwardStream, Forwarded, Forwarder, ForwardStream
 from fugu_cli.llm.parse import StreamAssembler
 from fugu_cli.router import Router
 from fugu_cli.router.prior import PriorRouter
@@ -72,20 +72,27 @@ class Held:
         self._written: Callable[[], None] | None = written
 
     def add(self, write: Callable[..., object], *args: Any, **kwargs: Any) -> None:
+        """Keep a write; once flushed, write it now (a stream's last row when its client left early)."""
         self._writes.append(functools.partial(write, *args, **kwargs))
+        if self._written is None:
+            self._write()
 
     def flush(self) -> None:
-        """Write the rows (once; a second call does nothing)."""
+        """Write the rows kept so far (the first call ends the holding)."""
+        try:
+            self._write()
+        finally:
+            written, self._written = self._written, None
+            if written is not None:
+                written()
+
+    def _write(self) -> None:
         writes, self._writes = self._writes, []
         try:
             if writes:
                 self.store.batch(writes)
         except Exception as e:
             log.warning("the ledger rows of a pass-through call were not written", exc_info=e)
-        finally:
-            written, self._written = self._written, None
-            if written is not None:
-                written()
 
 
 @dataclass(frozen=True)
@@ -212,11 +219,14 @@ class PassThrough:
         return self._completed(req, digests, call, reply)
 
     def in_loop(self, req: ChatRequest) -> bool:
-        """Whether `acomplete` may serve this request from the event loop: a whole reply, every worker
-        reached directly, and a router whose decision costs no more than a SQLite row (the prior's; a
+        """Whether `acomplete` (a whole reply) or `astream` may serve this request from the event loop:
+        every worker reached directly, and a router whose decision costs microseconds (the prior's; a
         learned router reads the transcript with a transformer, milliseconds of CPU, in a worker thread)."""
-        cheap = self.router.name == PriorRouter.name  # serve's batching wrapper carries its router's name
-        return cheap and self.forwarder.in_loop(self.resolved.pool, req.params)
+        if self.router.name != PriorRouter.name:  # serve's batching wrapper carries its router's name
+            return False
+        if req.stream:
+            return self.forwarder.streams_in_loop(self.resolved.pool)
+        return self.forwarder.in_loop(self.resolved.pool, req.params)
 
     def held(self) -> Held:
         """Where a call served from the event loop keeps its rows until its reply is sent."""
@@ -237,6 +247,68 @@ class PassThrough:
         call, routed = self._call(req, session, cancel, lambda w, params: send(w, params, cancel), held)
         answer = await self.calls.arun(call)
         return self._completed(req, digests, routed(answer), answer.value, held)
+
+    async def astream(
+        self, req: ChatRequest, cancel: threading.Event, held: Held
+    ) -> tuple[Routed, AsyncIterator[dict[str, Any]]]:
+        """`stream` in the event loop, for the requests `in_loop` accepts: the stream opened (failing over
+        until a worker sent its first chunk), then its chunks as they come. The rows wait in `held`: the
+        caller flushes it once the relay ended (the relay's own last row, when it is closed after that,
+        is written then)."""
+        self.served_in_loop += 1
+        digests = chain(req.messages)
+        session = self.session_for(req, digests, held)
+        send = self.forwarder.astream
+        call, routed = self._call(req, session, cancel, lambda w, params: send(w, params, cancel), held)
+        answer = await self.calls.arun(call)
+        relayed = routed(answer)
+        return relayed, self._arelay(digests, relayed, answer.value, held)
+
+    async def _arelay(
+        self, digests: Sequence[bytes], call: Routed, opened: AsyncForwardStream, held: Held
+    ) -> AsyncIterator[dict[str, Any]]:
+        """`_relay` from the event loop."""
+        assembler = StreamAssembler(call.worker.name)
+        status = "interrupted"
+        last: dict[str, Any] = {}
+        try:
+            async for chunk in opened:
+                if len(chunk["choices"]) == 1:
+                    assembler.add(chunk)
+                last = chunk
+                yield chunk
+            status = "ok"
+            yield self._usage_chunk(call, opened.usage_json, opened.usage, last)
+        except ProviderError:
+            status = "provider_error"
+            raise
+        finally:
+            await opened.aclose()
+            self._relayed(digests, call, opened.usage, status, assembler, held)
+
+    @staticmethod
+    def _usage_chunk(
+        call: Routed, usage_json: dict[str, Any] | None, usage: Usage, last: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The stream's last chunk: no choices, the usage, fugu's field with the cost."""
+        usage_json = usage_json or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        head = {k: last.get(k) for k in ("id", "object", "created", "model") if k in last}
+        return head | {"choices": [], "usage": usage_json, "fugu": call.fugu(usage)}
+
+    def _relayed(
+        self,
+        digests: Sequence[bytes],
+        call: Routed,
+        usage: Usage,
+        status: str,
+        assembler: StreamAssembler,
+        held: Held | None = None,
+    ) -> None:
+        """A relayed stream ended (`status`): its step row, and the conversation remembered if whole."""
+        message = _assembled(assembler)
+        self._record(call, usage, status, _summary(message), held)
+        if status == "ok" and assembler.chunks:
+            self._learn(digests, call.session, message)
 
     def _completed(
         self,
@@ -332,18 +404,13 @@ class PassThrough:
                 last = chunk
                 yield chunk
             status = "ok"
-            usage = opened.usage_json or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-            head = {k: last.get(k) for k in ("id", "object", "created", "model") if k in last}
-            yield head | {"choices": [], "usage": usage, "fugu": call.fugu(opened.usage)}
+            yield self._usage_chunk(call, opened.usage_json, opened.usage, last)
         except ProviderError:
             status = "provider_error"
             raise
         finally:
             opened.close()
-            message = _assembled(assembler)
-            self._record(call, opened.usage, status, _summary(message))
-            if status == "ok" and assembler.chunks:
-                self._learn(digests, call.session, message)
+            self._relayed(digests, call, opened.usage, status, assembler)
 
     def _check_worker(self, req: ChatRequest) -> None:
         names = [w.name for w in self.resolved.pool]

@@ -211,7 +211,21 @@ async def pass_stream(
     """The pass-through's stream, opened (a worker sent its first chunk): the call, its chunks as they come,
     the request's cancel, and `done` to call when the relay ends."""
     hub = _hub(request)
+    made = hub.made_passthrough()
     cancel = hub.begin()
+    if made is not None and made.in_loop(req):  # no worker threads between the worker and the client
+        held = made.held()
+
+        def done() -> None:
+            held.flush()
+            hub.end(cancel)
+
+        try:
+            call, relay = await run_here(request.receive, made.astream(req, cancel, held), cancel)
+        except BaseException:
+            done()
+            raise
+        return call, relay, cancel, done
     try:
         call, chunks = await _blocking(request, lambda: hub.passthrough().stream(req, cancel), cancel)
     except BaseException:
