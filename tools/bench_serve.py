@@ -8,6 +8,8 @@ in the same run: the same call made directly to the worker with the same client 
   stream as fugu does) with no routing, session or ledger: what any pass-through built like fugu's pays
   before doing anything of its own; `--history N`: each call resends an agent loop's conversation (a 3 KB
   system prompt, the task, N tool calls with 1 KB results), as real clients do, instead of one short message;
+  `--stream`: every call (direct, through fugu, through the bare proxy, which then relays the worker's
+  chunks as they come) asks for a stream and reads it to its end, as most agent clients do;
 - throughput: requests/s at 1, 8 and 32 concurrent clients with a 0.2 s model delay, for the pass-through and
   for agent turns (`fugu-agent`, one session per client), against direct calls at the same concurrency;
 - sessions: the server's resident memory after a warm-up of new agent sessions (100: past the 64 it keeps
@@ -34,7 +36,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +150,7 @@ def bare_proxy(upstream: str, port: int) -> None:
     import uvicorn
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import JSONResponse
+    from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
     from fugu_cli.llm.direct import AsyncDirect
@@ -159,10 +161,18 @@ def bare_proxy(upstream: str, port: int) -> None:
     worker = Worker(name="gpt-5", model="openai/gpt-5", api_base=upstream)
     stream = {"stream": True, "stream_options": {"include_usage": True}, "api_base": upstream}
 
-    async def chat(request: Request) -> JSONResponse:
+    async def chat(request: Request) -> Response:
         body = await request.json()
         response = await client.open_stream(worker, body | stream)
-        return JSONResponse(whole_from_chunks(await client.read_chunks(response)))
+        if not body.get("stream"):
+            return JSONResponse(whole_from_chunks(await client.read_chunks(response)))
+
+        async def relay() -> AsyncIterator[bytes]:
+            async for chunk in client.iter_chunks(response):
+                yield b"data: " + json.dumps(chunk).encode() + b"\n\n"
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(relay(), media_type="text/event-stream")
 
     app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
     print("listening", flush=True)
@@ -188,27 +198,37 @@ class BareProxy:
         self.proc.wait(timeout=30)
 
 
-def latency(served: Served, direct_url: str, calls: int, history: int = 0) -> None:
+def latency(served: Served, direct_url: str, calls: int, history: int = 0, stream: bool = False) -> None:
     bare = BareProxy(direct_url)
     try:
-        _latency(served, bare, direct_url, calls, history)
+        _latency(served, bare, direct_url, calls, history, stream)
     finally:
         bare.stop()
 
 
-def _latency(served: Served, bare_proxy: BareProxy, direct_url: str, calls: int, history: int) -> None:
+def _latency(
+    served: Served, bare_proxy: BareProxy, direct_url: str, calls: int, history: int, stream: bool
+) -> None:
     direct, fugu, bare = _client(direct_url), _client(served.url), _client(bare_proxy.url)
     decisions: list[float] = []
 
+    def ask(client: Any, model: str, i: int) -> Any:
+        messages = _ask(f"hello {i}", history)
+        if not stream:
+            return client.chat.completions.create(model=model, messages=messages)
+        chunks = list(client.chat.completions.create(model=model, messages=messages, stream=True))
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "done", chunks
+        return chunks[0]
+
     def via_fugu(i: int) -> None:
-        reply = fugu.chat.completions.create(model="fugu", messages=_ask(f"hello {i}", history))
+        reply = ask(fugu, "fugu", i)
         decisions.append(float(reply.model_extra["fugu"]["latency_ms"]))
 
     def straight(i: int) -> None:
-        direct.chat.completions.create(model="gpt-5", messages=_ask(f"hello {i}", history))
+        ask(direct, "gpt-5", i)
 
     def via_bare(i: int) -> None:
-        bare.chat.completions.create(model="gpt-5", messages=_ask(f"hello {i}", history))
+        ask(bare, "gpt-5", i)
 
     for warm in range(20):  # imports, first connections, the router's first decisions
         via_fugu(-warm)
@@ -226,7 +246,8 @@ def _latency(served: Served, bare_proxy: BareProxy, direct_url: str, calls: int,
     router = statistics.median(decisions[20:])
     size = len(json.dumps(_ask("hello 0", history))) / 1024
     shown = f"{len(_ask('', history))} messages, {size:.0f} KB" if history else "one short message"
-    print(f"latency, one non-streamed chat completion ({shown}), openai SDK, N={calls} (median / p90):")
+    kind = "streamed (read to its end)" if stream else "non-streamed"
+    print(f"latency, one {kind} chat completion ({shown}), openai SDK, N={calls} (median / p90):")
     print(f"  direct to the worker (floor)   {base:7.2f} ms / {_p90(a):7.2f} ms")
     print(f"  through fugu (model fugu)      {through:7.2f} ms / {_p90(b):7.2f} ms")
     print(
@@ -336,6 +357,9 @@ def main() -> None:
         default=0,
         help="latency: each call resends an agent loop's conversation with this many tool calls and results",
     )
+    parser.add_argument(
+        "--stream", action="store_true", help="latency: every call asks for a stream and reads it to its end"
+    )
     parser.add_argument("--warmup", type=int, default=100, help="new sessions before memory is measured")
     parser.add_argument(
         "--loopback",
@@ -370,7 +394,7 @@ def main() -> None:
                 f"{os.cpu_count()} CPUs, load {load:.1f}",
             )
             if args.only in (None, "latency"):
-                latency(served, fast.base_url, args.calls, args.history)
+                latency(served, fast.base_url, args.calls, args.history, args.stream)
                 print(f"  (load average at the end: {os.getloadavg()[0]:.1f})")
             if args.only in (None, "throughput"):
                 throughput(slow_served, slow.base_url)

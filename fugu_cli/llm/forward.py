@@ -5,9 +5,9 @@ One attempt per call, watched like the agent's (attempt.py): cancel, and the fir
 that takes the request and stays silent. Retrying and failing over are the worker-call service's
 (fugu_cli/calls). OpenAI-compatible workers are posted to directly (direct.py), and streamed even when the
 client asked for a whole reply (assembled here), so a silent one is cut as in the agent; every other provider
-goes through litellm. `acomplete` is the same whole-reply attempt made from an event loop (aiohttp; OpenAI-
-compatible workers only). Parameters are never dropped silently: a provider that cannot take one makes a
-`RequestRejected`. litellm is reached through `load_litellm` only (prices included). Never prints.
+goes through litellm. `acomplete` and `astream` are the same attempts made from an event loop (aiohttp;
+OpenAI-compatible workers only). Parameters are never dropped silently: a provider that cannot take one makes
+a `RequestRejected`. litellm is reached through `load_litellm` only (prices included). Never prints.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ through the worker-call service like every agent step (retries, the first-byte l
 cooling down after failing); each call is a step in the ledger (route decision, usage, cost, a row for every
 failed attempt) of a session found by the client's session header or by the conversation's prefix.
 
-Blocking code, run in worker threads, except `acomplete`: a whole reply from OpenAI-compatible workers routed
-by the prior, served from the event loop (its blocking parts are a few SQLite rows). Never prints.
+Blocking code, run in worker threads, except `acomplete` and `astream`: a whole reply or a stream from
+OpenAI-compatible workers routed by the prior, served from the event loop, its rows written in one transaction
+once the reply is sent (`Held`). Never prints.
 """
 
 from __future__ import annotations
