@@ -140,11 +140,15 @@ def test_the_loop_and_the_worker_thread_leave_the_same_rows(
     assert [s for (s,) in rows("SELECT source FROM route_decisions ORDER BY rowid")] == ["prior", "prior"]
 
 
-def test_the_reply_does_not_wait_for_its_rows(tmp_path: Path, loopback: LoopbackServer, serve: Serve) -> None:
-    """Served from the loop, a call's rows are written once its reply is sent: another process holding the
-    store's write lock (a REPL, `fugu sessions prune`) delays the rows, not the reply. Before, the reply
-    waited for the lock (SQLite's busy timeout: 30 s). The event loop still waits for it after the reply,
-    as it did before: the rows are written in the loop, so that the conversation's next call finds them."""
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_the_reply_does_not_wait_for_its_rows(
+    tmp_path: Path, loopback: LoopbackServer, serve: Serve, stream: bool
+) -> None:
+    """Served from the loop, a call's rows are written once its reply is sent (a stream's: once its last
+    byte is): another process holding the store's write lock (a REPL, `fugu sessions prune`) delays the
+    rows, not the reply. Before, the reply waited for the lock (SQLite's busy timeout: 30 s). The event loop
+    still waits for it after the reply, as it did before: the rows are written in the loop, so that the
+    conversation's next call finds them."""
     loopback.script("alpha", ["one", "two"])
     server, passthrough = _loop_server(serve, pool_file(tmp_path, loopback, "alpha"))
     client = _client(server.url, timeout=10)
@@ -154,8 +158,15 @@ def test_the_reply_does_not_wait_for_its_rows(tmp_path: Path, loopback: Loopback
     other.execute("BEGIN IMMEDIATE")  # the write lock, held
     try:
         start = time.monotonic()
-        second = client.chat.completions.create(model="fugu", messages=[{"role": "user", "content": "b"}])
-        assert time.monotonic() - start < 5 and second.choices[0].message.content == "two"
+        asked = {"model": "fugu", "messages": [{"role": "user", "content": "b"}]}
+        if stream:
+            chunks = list(client.chat.completions.create(**asked, stream=True))  # type: ignore[call-overload]
+            assert "".join(c.choices[0].delta.content or "" for c in chunks) == "two"
+            second = chunks[0]
+        else:
+            second = client.chat.completions.create(**asked)  # type: ignore[call-overload]
+            assert second.choices[0].message.content == "two"
+        assert time.monotonic() - start < 5
         time.sleep(0.2)
         assert passthrough.unwritten == 1  # waiting for the lock
         assert other.execute("SELECT count(*) FROM steps").fetchone() == (1,)

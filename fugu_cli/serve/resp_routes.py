@@ -82,12 +82,17 @@ async def _pass(request: Request, asked: Asked, req: ChatRequest, owner: str) ->
             raise
         headers = {"x-fugu-session": sid} | dropped_header(reply["fugu"].get("dropped", ()))
         return then(after, lambda: JSONResponse(body, headers=headers))
-    call, items, cancel, done = await pass_stream(request, req)
-    events = ResponseEvents(asked.body, asked.tools)
-    keep = functools.partial(hub.book.keep, asked, session_id=call.session.id, owner=owner)
-    stream = _pass_events(events, call, items, keep, done)
-    headers = {"x-fugu-session": call.session.id} | dropped_header(call.dropped)
-    return EventStream(stream, cancel, headers)  # type: ignore[return-value]
+    call, items, cancel, done, after = await pass_stream(request, req)
+    try:
+        events = ResponseEvents(asked.body, asked.tools)
+        keep = functools.partial(hub.book.keep, asked, session_id=call.session.id, owner=owner)
+        stream = _pass_events(events, call, items, keep, done)
+        headers = {"x-fugu-session": call.session.id} | dropped_header(call.dropped)
+    except BaseException:
+        done()
+        after()
+        raise
+    return EventStream(stream, cancel, headers, after=after)  # type: ignore[return-value]
 
 
 async def _pass_events(

@@ -148,9 +148,10 @@ async def _pass_chat(request: Request, req: ChatRequest) -> Response:
     if not req.stream:
         body, after = await pass_whole(request, req)
         return then(after, lambda: JSONResponse(body, headers={"x-fugu-session": body["fugu"]["session_id"]}))
-    call, items, cancel, done = await pass_stream(request, req)
+    call, items, cancel, done, after = await pass_stream(request, req)
     chunks = _chat_chunks(req, call, items, done)
-    return EventStream(chunks, cancel, {"x-fugu-session": call.session.id})  # type: ignore[return-value]
+    headers = {"x-fugu-session": call.session.id}
+    return EventStream(chunks, cancel, headers, after=after)  # type: ignore[return-value]
 
 
 # what chat completions and the Responses API share: the blocking work started, and its cancel kept until
@@ -207,32 +208,29 @@ def then(after: Callable[[], None], respond: Callable[[], Response]) -> Response
 
 async def pass_stream(
     request: Request, req: ChatRequest
-) -> tuple[Routed, AsyncIterator[Any], threading.Event, Callable[[], None]]:
+) -> tuple[Routed, AsyncIterator[Any], threading.Event, Callable[[], None], Callable[[], None]]:
     """The pass-through's stream, opened (a worker sent its first chunk): the call, its chunks as they come,
-    the request's cancel, and `done` to call when the relay ends."""
+    the request's cancel, `done` to call when the relay ends, and `after` to call once the response is sent
+    (`EventStream`'s): served from the event loop, the call's rows are written then."""
     hub = _hub(request)
     made = hub.made_passthrough()
     cancel = hub.begin()
     if made is not None and made.in_loop(req):  # no worker threads between the worker and the client
         held = made.held()
-
-        def done() -> None:
-            held.flush()
-            hub.end(cancel)
-
         try:
             call, relay = await run_here(request.receive, made.astream(req, cancel, held), cancel)
         except BaseException:
-            done()
+            held.flush()
+            hub.end(cancel)
             raise
-        return call, relay, cancel, done
+        return call, relay, cancel, lambda: hub.end(cancel), held.flush
     try:
         call, chunks = await _blocking(request, lambda: hub.passthrough().stream(req, cancel), cancel)
     except BaseException:
         hub.end(cancel)
         raise
     items = from_thread(lambda put: drain(chunks, put, cancel), cancel, hub.limiter)
-    return call, items, cancel, lambda: hub.end(cancel)
+    return call, items, cancel, lambda: hub.end(cancel), _nothing
 
 
 async def agent_whole(

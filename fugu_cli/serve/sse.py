@@ -121,13 +121,19 @@ class _Failed:
 
 class EventStream:
     """An ASGI response of server-sent events. When the client goes away, `cancel` is set and the body
-    stops being read; the work behind it sees the cancel and ends."""
+    stops being read; the work behind it sees the cancel and ends. `after` is called once the response is
+    sent (or cut short), after the body is closed."""
 
     def __init__(
-        self, body: AsyncIterator[bytes], cancel: threading.Event, headers: Mapping[str, str] | None = None
+        self,
+        body: AsyncIterator[bytes],
+        cancel: threading.Event,
+        headers: Mapping[str, str] | None = None,
+        after: Callable[[], None] | None = None,
     ) -> None:
         self.body = body
         self.cancel = cancel
+        self.after = after
         self.headers = [
             (b"content-type", b"text/event-stream; charset=utf-8"),
             (b"cache-control", b"no-cache"),
@@ -149,6 +155,10 @@ class EventStream:
             self.cancel.set()
         finally:
             watcher.cancel()
-            close = getattr(self.body, "aclose", None)
-            if close is not None:
-                await close()
+            try:
+                close = getattr(self.body, "aclose", None)
+                if close is not None:
+                    await close()
+            finally:
+                if self.after is not None:
+                    self.after()
