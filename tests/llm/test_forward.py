@@ -4,7 +4,9 @@ worker-call service as the agent's are; the same OpenAI shapes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from typing import Any
 
 import pytest
 
@@ -101,3 +103,41 @@ def test_streams_to_a_keep_alive_worker_share_one_connection() -> None:
     assert whole.body["choices"][0]["message"]["content"] == "one" and streamed
     assert again.body["choices"][0]["message"]["content"] == "three"
     assert len(ports) == 3 and len(set(ports)) == 1, ports
+
+
+def test_the_event_loops_stream_relays_what_the_threads_does_and_keeps_or_closes_its_connection() -> None:
+    """`astream` (serve's pass-through from its event loop): the same chunks and cost as `stream`; a stream
+    read to its end leaves its connection for the next call, one left early closes it."""
+    reply = {"content": None, "tool_calls": [{"id": "call_1", "name": "lookup", "arguments": {"q": "x"}}]}
+    with LoopbackServer(keep_alive_streams=True) as server:
+        worker = _workers(server)[0]
+        slow = {"content": "one two three four", "chunk_size": 4, "chunk_delay_s": 0.2}
+        server.script(worker.model, [reply, reply, reply, slow, "last"])
+        forwarder = Forwarder(FAST)
+        params = {"messages": [{"role": "user", "content": "find x"}], "tools": [TOOL]}
+        threaded = forwarder.stream(worker, params)
+        expected = list(threaded)
+
+        async def calls() -> tuple[list[Any], list[Any], Any, list[Any]]:
+            opened = await forwarder.astream(worker, params)
+            chunks = [c async for c in opened]
+            again = [c async for c in await forwarder.astream(worker, params)]
+            left = await forwarder.astream(worker, params | {"messages": [{"role": "user", "content": "go"}]})
+            async for _ in left:
+                break  # the client went away after the first chunk
+            await left.aclose()
+            last = [c async for c in await forwarder.astream(worker, params)]
+            await forwarder.adirect.close()
+            return chunks, again, opened, last
+
+        chunks, again, opened, last = asyncio.run(calls())
+        ports = [r.client_port for r in server.requests_for(worker.model)]
+
+    def shape(cs: list[Any]) -> list[Any]:
+        return [[c["object"], c["choices"]] for c in cs]
+
+    assert shape(chunks) == shape(expected) == shape(again) and len(chunks) > 1
+    assert opened.usage == threaded.usage and opened.usage.cost_usd > 0
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in last) == "last"
+    assert ports[1] == ports[2] == ports[3]  # the async calls: one kept-alive connection
+    assert ports[4] != ports[3]  # the stream left early closed its connection
