@@ -53,6 +53,12 @@ class Forwarded:
     warning: str | None = None
 
 
+def _broke(worker: Worker, exc: Exception) -> ProviderError:
+    return ProviderError(
+        f"worker {worker.name} ({worker.model}): stream broke: {exc}", worker=worker.name, retryable=False
+    )
+
+
 class _Chunks:
     """What both streams do with each chunk: keep its usage (and cost), pass on those with choices."""
 
@@ -92,11 +98,7 @@ class ForwardStream(_Chunks):
         except (Interrupted, ProviderError):
             raise
         except Exception as exc:  # the stream broke after it began: too late to retry or fail over
-            raise ProviderError(
-                f"worker {self.worker.name} ({self.worker.model}): stream broke: {exc}",
-                worker=self.worker.name,
-                retryable=False,
-            ) from exc
+            raise _broke(self.worker, exc) from exc
         finally:
             self.close()
         self.usage, self.warning = self._prices.cost(self.worker, self.usage)
@@ -136,11 +138,7 @@ class AsyncForwardStream(_Chunks):
         except (Interrupted, ProviderError):
             raise
         except Exception as exc:  # the stream broke after it began: too late to retry or fail over
-            raise ProviderError(
-                f"worker {self.worker.name} ({self.worker.model}): stream broke: {exc}",
-                worker=self.worker.name,
-                retryable=False,
-            ) from exc
+            raise _broke(self.worker, exc) from exc
         finally:
             await self.aclose()
         self.usage, self.warning = self._prices.cost(self.worker, self.usage)
@@ -201,20 +199,8 @@ class Forwarder:
     ) -> Forwarded:
         """`complete` from the event loop, for the requests `in_loop` accepts: the same request, first-byte
         limit (the status line), faults and reply. A client that leaves cancels the task that awaits it."""
-        import asyncio
-
-        if cancel is not None and cancel.is_set():
-            raise Interrupted(f"interrupted while waiting for {worker.name}")
-        request = self._request(worker, params) | _STREAM
-        limit = self.config.first_byte_timeout_s
         try:
-            try:
-                async with asyncio.timeout(limit) as first_byte:
-                    response = await self.adirect.open_stream(worker, request)
-            except TimeoutError:
-                if first_byte.expired():
-                    raise silent(worker, limit) from None
-                raise
+            response = await self._aopen(worker, params, cancel)
             chunks = await self.adirect.read_chunks(response)
             if not chunks:
                 raise MalformedReply("the stream ended before its first chunk")
@@ -226,6 +212,21 @@ class Forwarder:
         usage, warning = self.prices.cost(worker, usage_from(reply.get("usage")))
         return Forwarded(reply, usage, warning)
 
+    async def _aopen(self, worker: Worker, params: Mapping[str, Any], cancel: threading.Event | None) -> Any:
+        """The worker's streamed response once its status line came, within the first-byte limit."""
+        import asyncio
+
+        if cancel is not None and cancel.is_set():
+            raise Interrupted(f"interrupted while waiting for {worker.name}")
+        limit = self.config.first_byte_timeout_s
+        try:
+            async with asyncio.timeout(limit) as first_byte:
+                return await self.adirect.open_stream(worker, self._request(worker, params) | _STREAM)
+        except TimeoutError:
+            if first_byte.expired():
+                raise silent(worker, limit) from None
+            raise
+
     def streams_in_loop(self, pool: Sequence[Worker]) -> bool:
         """Whether a stream can be asked of any worker of `pool` from the event loop (`astream`)."""
         return all(is_openai_compatible(w) for w in pool)
@@ -236,22 +237,9 @@ class Forwarder:
         """`stream` from the event loop, for OpenAI-compatible workers: the same request, first-byte limit
         (the status line), faults and chunks; it returns once the first chunk came, so that a worker that
         fails before it can still be retried or failed over. A client that leaves cancels the task."""
-        import asyncio
-
-        if cancel is not None and cancel.is_set():
-            raise Interrupted(f"interrupted while waiting for {worker.name}")
-        request = self._request(worker, params) | _STREAM
-        limit = self.config.first_byte_timeout_s
         rest: AsyncIterator[dict[str, Any]] | None = None
         try:
-            try:
-                async with asyncio.timeout(limit) as first_byte:
-                    response = await self.adirect.open_stream(worker, request)
-            except TimeoutError:
-                if first_byte.expired():
-                    raise silent(worker, limit) from None
-                raise
-            rest = self.adirect.iter_chunks(response)
+            rest = self.adirect.iter_chunks(await self._aopen(worker, params, cancel))
             first = await anext(rest, None)
         except BaseException as exc:
             if rest is not None:
