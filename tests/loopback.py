@@ -316,7 +316,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _stream(
         self, rec: RecordedRequest, reply: dict[str, Any], events: Iterator[tuple[str, Any]], done: bytes
     ) -> None:
-        """Server-sent events: (event name or "", JSON data) pairs, paced by the reply's `chunk_delay_s`."""
+        """Server-sent events: (event name or "", JSON data) pairs, paced by the reply's `chunk_delay_s`;
+        `break_after` N: the connection dropped after N of them (a worker that dies mid-reply)."""
         chunked = self.loopback.keep_alive_streams
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -329,8 +330,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if chunked and data else data)
 
         pause = float(reply.get("chunk_delay_s", 0.0))
+        cut = reply.get("break_after")  # events sent before the connection is dropped mid-body
         try:
-            for name, data in events:
+            for sent, (name, data) in enumerate(events):
+                if cut is not None and sent >= int(cut):
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    rec.status = 200
+                    rec.finished = time.monotonic()
+                    return
                 head = f"event: {name}\n" if name else ""
                 write(f"{head}data: {json.dumps(data)}\n\n".encode())
                 self.wfile.flush()

@@ -259,3 +259,34 @@ def test_a_stream_from_the_loop_whose_client_leaves_is_cut_and_leaves_an_interru
     )
     assert "".join(c.choices[0].delta.content or "" for c in reply) == "next"
     assert passthrough.served_in_loop == 2
+
+
+def test_a_worker_that_dies_mid_stream_ends_the_stream_with_an_error_on_both_paths(
+    tmp_path: Path, serve: Serve
+) -> None:
+    """The worker drops its connection after a few chunks: too late to fail over, so the client gets the
+    chunks it was sent, then an error event in OpenAI's shape (no `[DONE]`), and the step is recorded as a
+    provider error with the text relayed. The first call goes through the worker threads (the pass-through
+    is not made yet), the second through the event loop: the same."""
+    broken = {"content": "one two three four five six", "chunk_size": 4, "break_after": 3}
+    with LoopbackServer(keep_alive_streams=True) as worker:
+        worker.script("alpha", [broken, broken])
+        server = serve(pool_file(tmp_path, worker, "alpha"))
+        seen = []
+        for task in ("a", "b"):
+            with httpx.stream(
+                "POST",
+                server.url + "/chat/completions",
+                json={"model": "fugu", "messages": [{"role": "user", "content": task}], "stream": True},
+                headers={"Authorization": f"Bearer {KEY}"},
+                timeout=10,
+            ) as response:
+                seen.append([json.loads(x[6:]) for x in response.iter_lines() if x.startswith("data: {")])
+        passthrough = server.hub.made_passthrough()
+    assert passthrough is not None and passthrough.served_in_loop == 1
+    for events in seen:
+        *chunks, error = events
+        assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == "one two "
+        assert "stream broke" in error["error"]["message"]
+    steps = rows("SELECT status, text FROM steps ORDER BY rowid")
+    assert steps == [("provider_error", "one two"), ("provider_error", "one two")]
