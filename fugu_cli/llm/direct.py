@@ -350,14 +350,12 @@ class AsyncDirect:
 
     async def iter_chunks(self, response: Any) -> AsyncIterator[dict[str, Any]]:
         """A stream's chunks as they come (a whole JSON reply as one chunk). Read to its end, the connection
-        goes back to the pool; left early (closed), it is closed."""
-        ended = False
+        goes back to the pool; left early (closed), it is closed (aiohttp's `release` closes a connection
+        whose body was not read: tests/llm/test_forward.py sees the next call on a new one)."""
         try:
             async with _async_faults():
                 if "json" in response.headers.get("content-type", ""):
-                    chunk = _as_chunk(await response.read())
-                    ended = True
-                    yield chunk
+                    yield _as_chunk(await response.read())
                     return
                 after = 0  # lines read after `[DONE]`: to the body's end, so the connection is kept
                 async for raw in response.content:
@@ -371,12 +369,8 @@ class AsyncDirect:
                         after = 1
                     elif data is not None:
                         yield data
-                ended = True
         finally:
-            if ended:
-                response.release()
-            else:
-                response.close()
+            response.release()
 
 
 class _async_faults:

@@ -237,15 +237,16 @@ class Forwarder:
         """`stream` from the event loop, for OpenAI-compatible workers: the same request, first-byte limit
         (the status line), faults and chunks; it returns once the first chunk came, so that a worker that
         fails before it can still be retried or failed over. A client that leaves cancels the task."""
-        rest: AsyncIterator[dict[str, Any]] | None = None
         try:
             rest = self.adirect.iter_chunks(await self._aopen(worker, params, cancel))
-            first = await anext(rest, None)
-        except BaseException as exc:
-            if rest is not None:
-                await rest.aclose()  # type: ignore[attr-defined]
-            if isinstance(exc, (Interrupted, ProviderError)) or not isinstance(exc, Exception):
+            try:
+                first = await anext(rest, None)
+            except BaseException:
+                await rest.aclose()  # type: ignore[attr-defined]  # the response is closed
                 raise
+        except (Interrupted, ProviderError):
+            raise
+        except Exception as exc:
             raise attempt_error(worker, exc, self.config.timeout_s) from exc
         return AsyncForwardStream(worker, chunk_json(first) if first is not None else None, rest, self.prices)
 

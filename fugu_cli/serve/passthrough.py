@@ -67,7 +67,7 @@ class Held:
     call of the same conversation finds them; another process reading the store may find them a moment
     after the reply. A failure to write is logged: the reply is gone by then."""
 
-    def __init__(self, store: Store, written: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, store: Store, written: Callable[[], None]) -> None:
         self.store = store
         self._writes: list[Callable[[], object]] = []
         self._written: Callable[[], None] | None = written
@@ -96,17 +96,28 @@ class Held:
             log.warning("the ledger rows of a pass-through call were not written", exc_info=e)
 
 
-@dataclass(frozen=True)
-class _HeldTurn(TurnLedger):
-    """A turn's ledger whose route and step rows wait in `held`."""
+class _Now:
+    """Writes made at once: the worker-thread path's, where the reply waits for its rows."""
 
-    held: Held
+    def add(self, write: Callable[..., object], *args: Any, **kwargs: Any) -> None:
+        write(*args, **kwargs)
+
+
+Writes = Held | _Now
+NOW = _Now()
+
+
+@dataclass(frozen=True)
+class _Turn(TurnLedger):
+    """A turn's ledger whose route and step rows go through `writes` (held, or made at once)."""
+
+    writes: Writes
 
     def route(self, step: int, decision: RouteDecision) -> None:
-        self.held.add(self._store.add_route, self._sid, self._scope, self.turn, step, decision)
+        self.writes.add(self._store.add_route, self._sid, self._scope, self.turn, step, decision)
 
     def step(self, record: StepRecord) -> None:
-        self.held.add(self._store.add_step, self._sid, self._scope, self.turn, record)
+        self.writes.add(self._store.add_step, self._sid, self._scope, self.turn, record)
 
 
 @dataclass(frozen=True)
@@ -154,16 +165,16 @@ class PassThrough:
         self._table = threading.Lock()
         self.conversations = Conversations()
         self._pool_json = json.dumps([dataclasses.asdict(w) for w in resolved.pool])
-        self.served_in_loop = 0  # whole replies served from the event loop (`acomplete`): diagnostics, tests
+        self.served_in_loop = (
+            0  # calls served from the event loop (`acomplete`, `astream`): diagnostics, tests
+        )
         self.unwritten = 0  # of those, the calls whose rows are not written yet (`Held`); changed in the loop
 
     # sessions
 
-    def session_for(
-        self, req: ChatRequest, digests: Sequence[bytes], held: Held | None = None
-    ) -> PassSession:
+    def session_for(self, req: ChatRequest, digests: Sequence[bytes], writes: Writes = NOW) -> PassSession:
         """The session the client named (a server-issued id), else the one whose conversation this request
-        continues (`digests`: its messages' `chain`), else a new one (its row in `held` if given)."""
+        continues (`digests`: its messages' `chain`), else a new one (its row through `writes`)."""
         if req.session:
             return self._named(req.session)
         found = self.conversations.find(digests)
@@ -174,12 +185,15 @@ class PassThrough:
         sid = new_session_id()
         title = next((text_of(m.get("content")) for m in req.messages if m.get("role") == "user"), "")
         title = title.strip().splitlines()[0][:80] if title.strip() else ""
-        create = (
-            self.store.create_session
-            if held is None
-            else functools.partial(held.add, self.store.create_session)
+        writes.add(
+            self.store.create_session,
+            sid,
+            str(self.root),
+            "pass",
+            self._pool_json,
+            self.router.name,
+            title=title,
         )
-        create(sid, str(self.root), "pass", self._pool_json, self.router.name, title=title)
         return self._keep(PassSession(sid))
 
     def _named(self, sid: str) -> PassSession:
@@ -303,11 +317,11 @@ class PassThrough:
         usage: Usage,
         status: str,
         assembler: StreamAssembler,
-        held: Held | None = None,
+        writes: Writes = NOW,
     ) -> None:
         """A relayed stream ended (`status`): its step row, and the conversation remembered if whole."""
         message = _assembled(assembler)
-        self._record(call, usage, status, _summary(message), held)
+        self._record(call, usage, status, _summary(message), writes)
         if status == "ok" and assembler.chunks:
             self._learn(digests, call.session, message)
 
@@ -317,11 +331,11 @@ class PassThrough:
         digests: Sequence[bytes],
         call: Routed,
         reply: Forwarded,
-        held: Held | None = None,
+        writes: Writes = NOW,
     ) -> dict[str, Any]:
         choices = reply.body.get("choices") or [{}]
         message = choices[0].get("message") or {}
-        self._record(call, reply.usage, "ok", _summary(message), held)
+        self._record(call, reply.usage, "ok", _summary(message), writes)
         if len(choices) == 1:
             self._learn(digests, call.session, message)
         return reply.body | {"model": req.model, "fugu": call.fugu(reply.usage)}
@@ -354,10 +368,10 @@ class PassThrough:
         session: PassSession,
         cancel: threading.Event,
         send: Callable[[Worker, dict[str, Any]], T],
-        held: Held | None = None,
+        writes: Writes = NOW,
     ) -> tuple[Call[T], Callable[[Answer[Any]], Routed]]:
-        """The worker-call service's call for this request (its rows in `held` if given), and what makes
-        its answer a `Routed` call."""
+        """The worker-call service's call for this request (its rows through `writes`), and what makes its
+        answer a `Routed` call."""
         self._check_worker(req)
         turn = max(1, sum(1 for m in req.messages if m.get("role") == "user"))
         step = session.next_step(turn)
@@ -366,11 +380,7 @@ class PassThrough:
             pool=self.resolved.pool,
             route=lambda ex: self._route(req, session, step, ex),
             send=lambda attempt: send(attempt.worker, self._params(req, attempt.worker)),
-            ledger=(
-                Ledger(self.store, session.id).turn(turn)
-                if held is None
-                else _HeldTurn(Ledger(self.store, session.id), turn, held)
-            ),
+            ledger=_Turn(Ledger(self.store, session.id), turn, writes),
             step=step,
             cancel=cancel,
         )
@@ -453,15 +463,13 @@ class PassThrough:
             log.warning("router failed", exc_info=e)
             return self._fallback.pick(state, pool)
 
-    def _record(self, call: Routed, usage: Usage, status: str, text: str, held: Held | None = None) -> None:
+    def _record(self, call: Routed, usage: Usage, status: str, text: str, writes: Writes = NOW) -> None:
         """The step's answered attempt (the route and the failed attempts are already recorded), its rows
-        in `held` if given."""
-        ledger = Ledger(self.store, call.session.id)
-        turn = ledger.turn(call.turn) if held is None else _HeldTurn(ledger, call.turn, held)
+        through `writes`."""
+        turn = _Turn(Ledger(self.store, call.session.id), call.turn, writes)
         turn.step(StepRecord(call.step, call.decision, status, usage, text[:2000], call.started))
-        note = self.store.add_note if held is None else functools.partial(held.add, self.store.add_note)
         for dropped in call.dropped:
-            note(call.session.id, call.turn, call.step, dropped)
+            writes.add(self.store.add_note, call.session.id, call.turn, call.step, dropped)
         if status == "ok":
             call.session.last_worker = call.worker.name
 
