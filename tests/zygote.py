@@ -35,6 +35,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 # what a `fugu -p` run imports (found from its sys.modules at exit): none of these is heavy
 PRELOAD = (
     "fugu_cli.__main__",
@@ -70,7 +72,7 @@ def serve(path: str, preload: tuple[str, ...]) -> None:
     # validators, which pydantic defers (`fugu_cli/config.py`); built here once, about 0.06 s of CPU a run.
     config = importlib.import_module("fugu_cli.config")
     for model in vars(config).values():
-        if isinstance(model, type) and issubclass(model, config.BaseModel) and model.__module__ == config.__name__:
+        if isinstance(model, type) and issubclass(model, BaseModel) and model.__module__ == config.__name__:
             model.model_rebuild()
     if threading.active_count() != 1:  # a fork would copy the memory of threads but not the threads
         print(f"threads: {threading.enumerate()}", flush=True)

@@ -87,7 +87,8 @@ def test_kill_9_during_a_big_write_leaves_old_or_new_never_a_torn_file(repo: Pat
     full = run(None)
     assert target.read_text() == new
     target.write_text(old)
-    full = min(full, run(None))  # the first write can be slower (cold caches): kills timed by it all landed late
+    # the first write can be the slower one (cold caches): kills timed by it alone all landed after the end
+    full = min(full, run(None))
     outcomes: list[str] = []
     for i in range(6):
         target.write_text(old)
