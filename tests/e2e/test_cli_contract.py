@@ -300,7 +300,8 @@ def test_a_local_ollama_server_makes_the_pool_when_no_key_is_set(tmp_path: Path)
     assert listed["source"] == "a local Ollama server"
     rows = listed["workers"]
     assert [r["name"] for r in rows] == ["ollama-qwen2.5-coder-7b", "ollama-llama3.2-3b"]
-    assert rows[0]["model"] == "ollama_chat/qwen2.5-coder:7b" and all(r["usable"] for r in rows)
+    assert [r["model"] for r in rows] == ["ollama_chat/qwen2.5-coder:7b", "ollama_chat/llama3.2:3b"]
+    assert all(r["usable"] for r in rows)
 
 
 def test_key_values_never_reach_the_store(tmp_path: Path, loopback: LoopbackServer) -> None:

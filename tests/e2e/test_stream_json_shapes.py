@@ -16,7 +16,7 @@ from claude_agent_sdk import ResultMessage, SystemMessage
 from claude_agent_sdk._internal.message_parser import parse_message
 
 from tests.conductor.kit import tc, write_plan
-from tests.helpers import BUGGY, FIXED, call, make_repo, tool_reply, write_pool
+from tests.helpers import BUGGY, FIXED, call, fugu, make_repo, tool_reply, write_pool
 from tests.loopback import LoopbackServer, SilentServer
 from tests.sdk_kit import check_run, parsed, pool_file, routes
 
@@ -25,15 +25,8 @@ DELAY = 0.4
 
 def _fugu(repo: Path, *args: str) -> tuple[int, str, str, float]:
     started = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "fugu_cli", *args],
-        cwd=repo,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    return proc.returncode, proc.stdout, proc.stderr, (time.monotonic() - started) * 1000
+    run = fugu(*args, cwd=repo, timeout=180)
+    return run.code, run.stdout, run.stderr, (time.monotonic() - started) * 1000
 
 
 def _no_retries() -> None:

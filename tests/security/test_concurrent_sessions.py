@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from fugu_cli.store import Store
-from tests.helpers import fugu, make_repo, write_pool
+from tests.helpers import Run, fugu, make_repo, write_pool
 from tests.loopback import LoopbackServer
 
 
@@ -21,19 +20,13 @@ def test_concurrent_continues_serialise_and_keep_every_message(
     )
     loopback.script("solo", [f"answer {i}" for i in range(7)])
     assert fugu("-p", "first", "--pool", str(pool), cwd=repo).code == 0
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "fugu_cli", "-p", f"task {n}", "--continue", "--pool", str(pool)],
-            cwd=repo,
-            env=dict(os.environ),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for n in range(6)
-    ]
-    outs = [p.communicate(timeout=240) for p in procs]
-    assert [p.returncode for p in procs] == [0] * 6, [o[1].decode()[-500:] for o in outs]
+
+    def go(n: int) -> Run:
+        return fugu("-p", f"task {n}", "--continue", "--pool", str(pool), cwd=repo, timeout=240)
+
+    with ThreadPoolExecutor(6) as threads:  # six processes at once, each forked as it is asked for
+        runs = list(threads.map(go, range(6)))
+    assert [r.code for r in runs] == [0] * 6, [r.stderr[-500:] for r in runs]
     store = Store(Path(os.environ["FUGU_HOME"]) / "fugu.db")
     (session,) = store.list_sessions()
     messages = [m for _, m in store.load_messages(session.id)]
