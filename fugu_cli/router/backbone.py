@@ -24,6 +24,7 @@ from fugu_cli.errors import ConfigError
 BackboneKind = Literal["encoder", "decoder"]
 DEFAULT_BACKBONE = "minilm"
 TINY_QWEN3 = "tiny-qwen3"  # random weights, for tests: no download
+TINY_BERT = "tiny-bert"  # random weights, for tests: fugu's own encoder, so no transformers import
 
 # Long tool outputs are cut before tokenising; a token is rarely more than 8 characters of code or prose.
 _CHARS_PER_TOKEN_CAP = 8
@@ -97,6 +98,8 @@ def load_backbone(
         torch.set_num_threads(threads)
     if spec == TINY_QWEN3:
         return tiny_qwen3_backbone()
+    if spec == TINY_BERT:
+        return tiny_bert_backbone()
     path = minilm_path() if spec == DEFAULT_BACKBONE else spec
     from fugu_cli.router.bert import is_bert_dir, load_bert
 
@@ -139,6 +142,8 @@ def hidden_size_of(spec: str) -> int:
     """A backbone's hidden size from its config alone (no weights loaded)."""
     if spec == TINY_QWEN3:
         return int(_tiny_qwen3_config(30522).hidden_size)
+    if spec == TINY_BERT:
+        return 64
     path = minilm_path() if spec == DEFAULT_BACKBONE else spec
     config = Path(path) / "config.json"
     if config.is_file():
@@ -155,6 +160,31 @@ def tiny_qwen3_backbone(seed: int = 0) -> Backbone:
     torch.manual_seed(seed)
     model = tf.Qwen3Model(_tiny_qwen3_config(len(tokenizer)))
     return _finish(Backbone(TINY_QWEN3, "decoder", model, tokenizer, model.config.hidden_size), "cpu")
+
+
+def tiny_bert_backbone(seed: int = 0) -> Backbone:
+    """A 2-layer BERT encoder with random weights and MiniLM's tokenizer, on fugu's own encoder (no
+    transformers import: about a second to load where the tiny Qwen3 takes four), the same in every
+    process for the same seed."""
+    from fugu_cli.router.bert import BertConfig, BertEncoder, Tokenizer
+
+    tokenizer = Tokenizer(Path(minilm_path()))
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+    )
+    model = BertEncoder(config)  # its layers skip random initialisation (weights usually come from a file)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "LayerNorm" in name:
+                p.fill_(1.0 if name.endswith("weight") else 0.0)
+            else:
+                p.copy_(torch.randn(p.shape, generator=generator) * 0.02)
+    return _finish(Backbone(TINY_BERT, "encoder", model, tokenizer, config.hidden_size), "cpu")
 
 
 def _tiny_qwen3_config(vocab_size: int) -> Any:

@@ -1,4 +1,5 @@
-"""Backbones: the embedded MiniLM offline, and the decoder path on a tiny config-built Qwen3."""
+"""Backbones: the embedded MiniLM offline, the decoder path on a tiny config-built Qwen3, and the tests' tiny
+BERT."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ import torch.nn.functional as F
 
 from fugu_cli.app import default_checkpoint
 from fugu_cli.errors import ConfigError
-from fugu_cli.router.backbone import Backbone, load_backbone, minilm_path, tiny_qwen3_backbone
+from fugu_cli.router.backbone import (
+    Backbone,
+    load_backbone,
+    minilm_path,
+    tiny_bert_backbone,
+    tiny_qwen3_backbone,
+)
 from fugu_cli.router.bert import BertEncoder
 from fugu_cli.router.learned import LearnedRouter
 from fugu_cli.types import Message, RouteState, ToolCall, Worker
@@ -65,6 +72,14 @@ def test_tiny_qwen3_is_deterministic_per_seed() -> None:
     text = ["user: hello"]
     assert torch.equal(a.encode(text), b.encode(text))
     assert not torch.allclose(a.encode(text), c.encode(text))
+
+
+def test_tiny_bert_is_an_encoder_deterministic_per_seed() -> None:
+    texts = ["user: the SQL query is slow", "user: make the button blue"]
+    a, b, other = (tiny_bert_backbone(seed).encode(texts) for seed in (0, 0, 1))
+    assert (tiny_bert_backbone().kind, a.shape) == ("encoder", (2, 64))
+    assert torch.equal(a, b) and not torch.allclose(a, other)
+    assert torch.allclose(a.norm(dim=1), torch.ones(2), atol=1e-5)
 
 
 def test_a_saved_decoder_directory_loads_as_a_decoder(tmp_path: Path) -> None:
@@ -143,11 +158,12 @@ def test_the_shipped_checkpoint_scores_as_it_did_with_transformers() -> None:
 
 
 def test_loading_the_default_backbone_imports_no_transformers() -> None:
+    """Neither the embedded MiniLM nor the tests' tiny BERT (the executor tests load it in each process)."""
     code = (
         "import sys\n"
         "from fugu_cli.router.backbone import load_backbone\n"
-        "bb = load_backbone('minilm')\n"
-        "bb.encode(['user: hello'])\n"
+        "for spec in ('minilm', 'tiny-bert'):\n"
+        "    load_backbone(spec).encode(['user: hello'])\n"
         "print(sorted(m for m in ('transformers', 'scipy', 'sympy') if m in sys.modules))\n"
     )
     env = dict(os.environ, HF_HUB_OFFLINE="1")
