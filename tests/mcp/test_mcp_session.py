@@ -13,7 +13,7 @@ from fugu_cli.llm.scripted import ScriptedLLM
 from fugu_cli.session import Session
 from fugu_cli.tools import PermissionPolicy
 from tests.conductor.kit import tc, write_plan
-from tests.helpers import make_repo, tool_reply, write_pool
+from tests.helpers import make_repo, processes, tool_reply, write_pool
 
 NOTES = str(Path(__file__).with_name("notes_server.py"))
 
@@ -53,15 +53,13 @@ def _descends_from_us(pid: str) -> bool:
 
 def _servers_running() -> list[str]:
     """Command lines of live processes, started by this test process, running notes_server.py."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if NOTES in cmdline and "bwrap" not in cmdline and _descends_from_us(entry.name):
-            found.append(cmdline)
-    return found
+    # through `processes`, which reads any command line: another test's `fugu -p` may be running with an
+    # argument that is not UTF-8 (tests/e2e/test_messages.py), and a strict decode failed this test
+    return [
+        cmdline
+        for pid, cmdline in processes()
+        if NOTES in cmdline and "bwrap" not in cmdline and _descends_from_us(str(pid))
+    ]
 
 
 def test_servers_start_on_first_use_and_stop_with_the_session(tmp_path: Path) -> None:
