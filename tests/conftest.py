@@ -52,9 +52,24 @@ def _model_info_seed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 _MODEL_NAME = re.compile(r"[\"'](?:openai|anthropic|gemini|ollama|ollama_chat)/[A-Za-z0-9_.:\-]+[\"']")
 
 
+def _kept_seed(config: pytest.Config) -> Path | None:
+    """Where the seed is kept between runs (pytest's cache folder), named by fugu's modelinfo.py: a change
+    there may change the answers, so it starts a new one. None with -p no:cacheprovider."""
+    cache = getattr(config, "cache", None)
+    if cache is None:
+        return None
+    import hashlib
+
+    code = (Path(__file__).parents[1] / "fugu_cli" / "llm" / "modelinfo.py").read_bytes()
+    return Path(cache.mkdir("fugu-model-info")) / f"{hashlib.sha256(code).hexdigest()[:16]}.json"
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """In the run's one controlling process (not in a pytest-xdist worker): the seed of litellm's answers,
-    for every model a test file names, asked of litellm once (modelinfo.py, as fugu asks it)."""
+    for every model a test file names, asked of litellm (modelinfo.py, as fugu asks it) only where the seed
+    kept from the last run lacks them. That file is fugu's own cache (`ModelInfo`), so it holds only answers
+    from the litellm table installed now; without it, importing litellm and asking took about 8 s before the
+    tests started."""
     config = session.config
     factory = getattr(config, "_tmp_path_factory", None)
     if hasattr(config, "workerinput") or factory is None:
@@ -62,9 +77,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     from fugu_cli.llm.client import load_litellm
     from fugu_cli.llm.modelinfo import ModelInfo
 
+    seed, kept = factory.getbasetemp() / SEED, _kept_seed(config)
+    if kept is not None and kept.is_file():
+        seed.write_bytes(kept.read_bytes())
     here = Path(__file__).parent
     names = sorted({m[1:-1] for f in here.rglob("*.py") for m in _MODEL_NAME.findall(f.read_text("utf-8"))})
-    info = ModelInfo(load_litellm, factory.getbasetemp() / SEED)
+    info = ModelInfo(load_litellm, seed)
     for name in names:
         info.get(name)
 
@@ -208,7 +226,17 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    cache = getattr(session.config, "cache", None)  # none with -p no:cacheprovider
-    if _measured and cache is not None and not hasattr(session.config, "workerinput"):
+    config = session.config
+    if hasattr(config, "workerinput"):
+        return
+    cache = getattr(config, "cache", None)  # none with -p no:cacheprovider
+    if _measured and cache is not None:
         known = cache.get(DURATIONS, {})
         cache.set(DURATIONS, known | {k: round(v, 2) for k, v in _measured.items()})
+    # the seed, with what this run's fugu runs learnt, kept for the next run (see pytest_sessionstart)
+    factory = getattr(config, "_tmp_path_factory", None)
+    kept = _kept_seed(config)
+    if factory is not None and kept is not None and _read_model_info(factory.getbasetemp() / SEED):
+        tmp = kept.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes((factory.getbasetemp() / SEED).read_bytes())
+        tmp.replace(kept)
