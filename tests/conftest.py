@@ -61,7 +61,11 @@ def _kept_seed(config: pytest.Config) -> Path | None:
     import hashlib
 
     code = (Path(__file__).parents[1] / "fugu_cli" / "llm" / "modelinfo.py").read_bytes()
-    return Path(cache.mkdir("fugu-model-info")) / f"{hashlib.sha256(code).hexdigest()[:16]}.json"
+    try:
+        folder = Path(cache.mkdir("fugu-model-info"))
+    except OSError:  # a read-only checkout: the seed is asked for again on every run, as before
+        return None
+    return folder / f"{hashlib.sha256(code).hexdigest()[:16]}.json"
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -238,5 +242,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     kept = _kept_seed(config)
     if factory is not None and kept is not None and _read_model_info(factory.getbasetemp() / SEED):
         tmp = kept.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes((factory.getbasetemp() / SEED).read_bytes())
-        tmp.replace(kept)
+        try:
+            tmp.write_bytes((factory.getbasetemp() / SEED).read_bytes())
+            tmp.replace(kept)
+        except OSError:
+            tmp.unlink(missing_ok=True)
