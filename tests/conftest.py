@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 from collections.abc import Iterator
@@ -52,14 +54,15 @@ def _model_info_seed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 _MODEL_NAME = re.compile(r"[\"'](?:openai|anthropic|gemini|ollama|ollama_chat)/[A-Za-z0-9_.:\-]+[\"']")
 
 
+_KEPT_SEED = pytest.StashKey[Path]()  # set by pytest_sessionstart where the seed can be kept
+
+
 def _kept_seed(config: pytest.Config) -> Path | None:
     """Where the seed is kept between runs (pytest's cache folder), named by fugu's modelinfo.py: a change
     there may change the answers, so it starts a new one. None with -p no:cacheprovider."""
     cache = getattr(config, "cache", None)
     if cache is None:
         return None
-    import hashlib
-
     code = (Path(__file__).parents[1] / "fugu_cli" / "llm" / "modelinfo.py").read_bytes()
     try:
         folder = Path(cache.mkdir("fugu-model-info"))
@@ -82,8 +85,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     from fugu_cli.llm.modelinfo import ModelInfo
 
     seed, kept = factory.getbasetemp() / SEED, _kept_seed(config)
-    if kept is not None and kept.is_file():
-        seed.write_bytes(kept.read_bytes())
+    if kept is not None:
+        config.stash[_KEPT_SEED] = kept
+        if kept.is_file():
+            seed.write_bytes(kept.read_bytes())
     here = Path(__file__).parent
     names = sorted({m[1:-1] for f in here.rglob("*.py") for m in _MODEL_NAME.findall(f.read_text("utf-8"))})
     info = ModelInfo(load_litellm, seed)
@@ -238,12 +243,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         known = cache.get(DURATIONS, {})
         cache.set(DURATIONS, known | {k: round(v, 2) for k, v in _measured.items()})
     # the seed, with what this run's fugu runs learnt, kept for the next run (see pytest_sessionstart)
-    factory = getattr(config, "_tmp_path_factory", None)
-    kept = _kept_seed(config)
-    if factory is not None and kept is not None and _read_model_info(factory.getbasetemp() / SEED):
+    factory, kept = getattr(config, "_tmp_path_factory", None), config.stash.get(_KEPT_SEED, None)
+    seed = factory.getbasetemp() / SEED if factory is not None else None
+    if seed is not None and kept is not None and _read_model_info(seed):
         tmp = kept.with_suffix(f".{os.getpid()}.tmp")
         try:
-            tmp.write_bytes((factory.getbasetemp() / SEED).read_bytes())
+            shutil.copyfile(seed, tmp)
             tmp.replace(kept)
         except OSError:
             tmp.unlink(missing_ok=True)
