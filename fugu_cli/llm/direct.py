@@ -293,100 +293,132 @@ class _faults:
 
 
 class AsyncDirect:
-    """The direct path from an event loop (serve's pass-through): one aiohttp session, made in the loop on
-    first use, with the same verification, proxies (`trust_env`), timeouts and fault classes as
-    `DirectClient`. aiohttp is imported on first use. In a bare proxy its client took 0.6 ms less a call than
-    urllib3 in a worker thread (docs/BENCHMARKS.md, serve)."""
+    """The direct path from an event loop (serve's pass-through): kept-alive connections made in the loop
+    on first use (`loop_http`), with the same verification, timeouts and fault classes as `DirectClient`.
+    A worker that the environment's proxy would carry is not reached from here (`reaches`): serve calls it
+    from a worker thread through `DirectClient`, which speaks to every kind of proxy."""
 
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
-        self._session: Any = None
+        self._http: Any = None
         self._tls: Any = None
         self._proxies: dict[str, str] | None = None
 
-    def _http(self) -> Any:
-        import aiohttp
-
-        if self._session is None or self._session.closed:
-            timeout = aiohttp.ClientTimeout(
-                total=None, sock_connect=min(self.timeout_s, 10.0), sock_read=self.timeout_s
-            )
-            connector = aiohttp.TCPConnector(limit=256, limit_per_host=0)
-            # not `trust_env`: it looks up the proxy (and ~/.netrc) in a worker thread on every request
-            self._session = aiohttp.ClientSession(timeout=timeout, connector=connector)
-        return self._session
-
-    async def close(self) -> None:
-        if self._session is not None and not self._session.closed:
-            await self._session.close()
-
-    async def open_stream(self, worker: Worker, request: Mapping[str, Any]) -> Any:
-        """Posts a streamed request; the response once its status line came (an error status raises)."""
-        post = _post(worker, request)
-        ssl: Any = True  # aiohttp's default (verify); an https:// worker gets fugu's context
-        if post["url"].startswith("https://"):
-            if self._tls is None:
-                self._tls = _verifying_context()
-            ssl = self._tls
+    def reaches(self, worker: Worker) -> bool:
+        """Whether `worker` is reached without a proxy (the environment's, looked up once)."""
         if self._proxies is None:
             import urllib.request
 
             self._proxies = urllib.request.getproxies_environment()
-        proxy = _proxy_for(post["url"], self._proxies)
-        async with _async_faults():
-            http = self._http()
-            response = await http.post(
-                post["url"], data=post["body"], headers=post["headers"], ssl=ssl, proxy=proxy
-            )
-            if response.status >= 400:
-                text = await response.text(errors="replace")
+        base = str(worker.api_base or OPENAI_BASE)
+        return not self._proxies or _proxy_for(f"{base.rstrip('/')}/chat/completions", self._proxies) is None
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+
+    async def open_stream(self, worker: Worker, request: Mapping[str, Any]) -> Any:
+        """Posts a streamed request; the response once its status line came (an error status raises)."""
+        post = _post(worker, request)
+        if self._http is None:
+            from fugu_cli.llm.loop_http import LoopHTTP
+
+            self._http = LoopHTTP(connect_timeout_s=min(self.timeout_s, 10.0), read_timeout_s=self.timeout_s)
+        tls = None
+        if post["url"].startswith("https://"):
+            if self._tls is None:
+                self._tls = _verifying_context()
+            tls = self._tls
+        response = await self._http.post(post["url"], post["body"], post["headers"], tls)
+        if response.status >= 400:
+            try:
+                text = await response.text()
+            finally:
                 response.release()
-                raise HTTPStatusFault(response.status, text, response)
+            raise HTTPStatusFault(response.status, text, response)
         return response
 
     async def read_chunks(self, response: Any) -> list[dict[str, Any]]:
         """A stream's chunks to its end (a whole JSON reply as one chunk, as `DirectClient.stream`)."""
-        return [chunk async for chunk in self.iter_chunks(response)]
+        try:
+            if "json" in response.headers.get("content-type", ""):
+                return [_as_chunk(await response.read())]
+            events, out = _Events(response), []
+            while (data := await response.part()) and not events.cut:
+                out += events.feed(data)
+                events.check()
+            out += events.end()
+            events.check()
+            return out
+        finally:
+            response.release()
 
     async def iter_chunks(self, response: Any) -> AsyncIterator[dict[str, Any]]:
         """A stream's chunks as they come (a whole JSON reply as one chunk). Read to its end, the connection
-        goes back to the pool; left early (closed), it is closed (aiohttp's `release` closes a connection
-        whose body was not read: tests/llm/test_forward.py sees the next call on a new one)."""
+        goes back to the pool; left early (closed), it is closed (tests/llm/test_forward.py sees the next
+        call on a new one)."""
         try:
-            async with _async_faults():
-                if "json" in response.headers.get("content-type", ""):
-                    yield _as_chunk(await response.read())
-                    return
-                after = 0  # lines read after `[DONE]`: to the body's end, so the connection is kept
-                async for raw in response.content:
-                    if after:
-                        after += 1
-                        if after > _AFTER_DONE_LINES:
-                            break  # a server that goes on after its reply: the connection is closed
-                        continue
-                    data = _event(raw.decode("utf-8", "replace").strip(), response)
-                    if data is _DONE:
-                        after = 1
-                    elif data is not None:
-                        yield data
+            if "json" in response.headers.get("content-type", ""):
+                yield _as_chunk(await response.read())
+                return
+            events = _Events(response)
+            while (data := await response.part()) and not events.cut:
+                for chunk in events.feed(data):
+                    yield chunk
+                events.check()
+            for chunk in events.end():
+                yield chunk
+            events.check()
         finally:
             response.release()
 
 
-class _async_faults:
-    """aiohttp's exceptions as the builtin ones `classify` recognises (its timeouts are already
-    `TimeoutError`s)."""
+class _Events:
+    """A streamed body's events, fed as its bytes arrive: the chunks each piece completes (`feed`, then
+    `end`). After `[DONE]` up to `_AFTER_DONE_LINES` lines are read, so the body is read to its end and its
+    connection is kept; past them the stream is `cut` (its connection is then closed). An error sent as an
+    event is raised by `check`, after the chunks that came before it."""
 
-    async def __aenter__(self) -> None:
-        return None
+    def __init__(self, response: Any) -> None:
+        self.response = response
+        self.pending = b""
+        self.after = 0
+        self.cut = False
+        self.error: Exception | None = None
 
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
-    ) -> Literal[False]:
-        if exc is None or isinstance(exc, (TimeoutError, HTTPStatusFault)) or "aiohttp" not in sys.modules:
-            return False
-        import aiohttp
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        self.pending += data
+        if b"\n" not in self.pending:
+            return []
+        *lines, self.pending = self.pending.split(b"\n")
+        return self._lines(lines)
 
-        if isinstance(exc, aiohttp.ClientError):
-            raise ConnectionError(str(exc) or type(exc).__name__) from exc
-        return False
+    def end(self) -> list[dict[str, Any]]:
+        rest, self.pending = self.pending, b""
+        return self._lines([rest]) if rest and not self.cut else []
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def _lines(self, lines: list[bytes]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for raw in lines:
+            if self.error is not None:
+                break
+            if self.after:
+                self.after += 1
+                if self.after > _AFTER_DONE_LINES:
+                    self.cut = True  # a server that goes on after its reply
+                    break
+                continue
+            try:
+                data = _event(raw.decode("utf-8", "replace").strip(), self.response)
+            except Exception as e:  # raised once the chunks before it are out
+                self.error = e
+                break
+            if data is _DONE:
+                self.after = 1
+            elif data is not None:
+                out.append(data)
+        return out

@@ -5,9 +5,10 @@ One attempt per call, watched like the agent's (attempt.py): cancel, and the fir
 that takes the request and stays silent. Retrying and failing over are the worker-call service's
 (fugu_cli/calls). OpenAI-compatible workers are posted to directly (direct.py), and streamed even when the
 client asked for a whole reply (assembled here), so a silent one is cut as in the agent; every other provider
-goes through litellm. `acomplete` and `astream` are the same attempts made from an event loop (aiohttp;
-OpenAI-compatible workers only). Parameters are never dropped silently: a provider that cannot take one makes
-a `RequestRejected`. litellm is reached through `load_litellm` only (prices included). Never prints.
+goes through litellm. `acomplete` and `astream` are the same attempts made from an event loop (loop_http.py;
+OpenAI-compatible workers reached without a proxy only). Parameters are never dropped silently: a provider
+that cannot take one makes a `RequestRejected`. litellm is reached through `load_litellm` only (prices
+included). Never prints.
 """
 
 from __future__ import annotations
@@ -185,8 +186,9 @@ class Forwarder:
 
     def in_loop(self, pool: Sequence[Worker], params: Mapping[str, Any]) -> bool:
         """Whether a whole reply to `params` can be asked of any worker of `pool` from the event loop
-        (`acomplete`): each is OpenAI-compatible and asked for a stream, for one choice."""
-        return self._streams_whole(params) and all(is_openai_compatible(w) for w in pool)
+        (`acomplete`): each is OpenAI-compatible, reached without a proxy and asked for a stream, for one
+        choice."""
+        return self._streams_whole(params) and self.streams_in_loop(pool)
 
     def _streams_whole(self, params: Mapping[str, Any]) -> bool:
         """Whether a whole reply to `params` is asked of an OpenAI-compatible worker as a stream (so that a
@@ -228,8 +230,9 @@ class Forwarder:
             raise
 
     def streams_in_loop(self, pool: Sequence[Worker]) -> bool:
-        """Whether a stream can be asked of any worker of `pool` from the event loop (`astream`)."""
-        return all(is_openai_compatible(w) for w in pool)
+        """Whether a stream can be asked of any worker of `pool` from the event loop (`astream`): each is
+        OpenAI-compatible and reached without a proxy."""
+        return all(is_openai_compatible(w) and self.adirect.reaches(w) for w in pool)
 
     async def astream(
         self, worker: Worker, params: Mapping[str, Any], cancel: threading.Event | None = None

@@ -1,10 +1,12 @@
 """The direct client's transports (fugu_cli/llm/direct.py): a plain http:// worker is reached without the CA
 bundle being read (a launch's worth of time), and an https:// worker is verified as httpx always does: a
 self-signed server is refused unless the user trusts its certificate (SSL_CERT_FILE); proxies are taken from
-the environment."""
+the environment. The event loop's client (`AsyncDirect`, serve's pass-through) verifies the same way, and
+leaves a worker that a proxy carries to the threads' client."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import ssl
 import subprocess
@@ -13,16 +15,29 @@ from typing import Any
 
 import pytest
 
-from fugu_cli.llm.direct import DirectClient, HTTPStatusFault
+from fugu_cli.llm.client import ClientConfig
+from fugu_cli.llm.direct import AsyncDirect, DirectClient, HTTPStatusFault
+from fugu_cli.llm.forward import Forwarder, whole_from_chunks
 from fugu_cli.types import Worker
 from tests.loopback import LoopbackServer
 
 REQUEST = {"messages": [{"role": "user", "content": "hi"}]}
 
 
-def _call(api_base: str) -> dict[str, Any]:
+def _call(api_base: str, loop: bool = False) -> dict[str, Any]:
     worker = Worker(name="w", model="openai/w", api_base=api_base)
-    return DirectClient(30).complete(worker, REQUEST | {"api_base": api_base})
+    if not loop:
+        return DirectClient(30).complete(worker, REQUEST | {"api_base": api_base})
+    client = AsyncDirect(30)
+
+    async def streamed() -> dict[str, Any]:
+        try:
+            response = await client.open_stream(worker, REQUEST | {"api_base": api_base, "stream": True})
+            return whole_from_chunks(await client.read_chunks(response))
+        finally:
+            await client.close()
+
+    return asyncio.run(streamed())
 
 
 def _bundles_read(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
@@ -68,16 +83,18 @@ def _https(server: LoopbackServer, key: Path, cert: Path) -> str:
     return f"https://127.0.0.1:{server.port}/v1"
 
 
+@pytest.mark.parametrize("loop", [False, True], ids=["threads", "event-loop"])
 def test_a_plain_http_worker_is_reached_without_reading_certificates(
-    loopback: LoopbackServer, monkeypatch: pytest.MonkeyPatch
+    loopback: LoopbackServer, monkeypatch: pytest.MonkeyPatch, loop: bool
 ) -> None:
     made = _bundles_read(monkeypatch)
-    reply = _call(loopback.base_url)
+    reply = _call(loopback.base_url, loop)
     assert reply["choices"][0]["message"]["content"]
     assert made == []  # no CA bundle was read
 
 
-def test_an_https_worker_is_verified(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("loop", [False, True], ids=["threads", "event-loop"])
+def test_an_https_worker_is_verified(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loop: bool) -> None:
     key, cert = _self_signed(tmp_path)
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     monkeypatch.delenv("SSL_CERT_DIR", raising=False)
@@ -85,12 +102,12 @@ def test_an_https_worker_is_verified(tmp_path: Path, monkeypatch: pytest.MonkeyP
         url = _https(server, key, cert)
         made = _bundles_read(monkeypatch)
         with pytest.raises(ConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
-            _call(url)
+            _call(url, loop)
         assert len(made) == 1  # the https:// transport, made on first use, verifies with the CA bundle
         assert not [r for r in server.requests if r.method == "POST"]  # nothing was sent to it
 
         monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the user trusts this server's certificate
-        reply = _call(url)
+        reply = _call(url, loop)
         assert reply["choices"][0]["message"]["content"]
 
 
@@ -115,3 +132,30 @@ def test_the_environments_proxy_carries_the_call_unless_no_proxy_names_the_host(
         reply = _call(worker.base_url)
         assert reply["choices"][0]["message"]["content"]
         assert [r.path for r in worker.requests] == ["/v1/chat/completions"]
+
+
+def test_a_worker_the_proxy_carries_is_not_called_from_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The event loop's client speaks to workers directly; where the environment's proxy would carry a
+    worker, serve calls the whole pool from worker threads (urllib3, which speaks every kind of proxy)."""
+    for name in (
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    local = Worker(name="local", model="openai/local", api_base="http://127.0.0.1:9/v1")
+    hosted = Worker(name="hosted", model="openai/gpt-5")  # api.openai.com
+    params = {"messages": REQUEST["messages"]}
+    assert Forwarder(ClientConfig()).in_loop([local, hosted], params)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    forwarder = Forwarder(ClientConfig())
+    assert forwarder.adirect.reaches(local) and not forwarder.adirect.reaches(hosted)
+    assert forwarder.in_loop([local], params) and not forwarder.in_loop([local, hosted], params)
+    assert not forwarder.streams_in_loop([local, hosted])

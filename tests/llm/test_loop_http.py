@@ -1,0 +1,267 @@
+"""The event loop's HTTP client (fugu_cli/llm/loop_http.py, serve's pass-through through `AsyncDirect`)
+against a raw socket server on 127.0.0.1 that answers each request with scripted bytes: the replies real
+servers send that the loopback provider does not (compressed, malformed, cut short, silent), kept-alive
+connections the server closes, and a caller that gives up while it waits."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from fugu_cli.llm.direct import AsyncDirect, HTTPStatusFault
+from fugu_cli.llm.loop_http import LoopHTTP, _split
+from fugu_cli.types import Worker
+
+Answer = Callable[[bytes], bytes | None]  # the request's bytes -> what to send (None: send nothing)
+
+
+class RawServer:
+    """Each connection: read a request (head and content-length body), send `answer(request)`, then close
+    the connection if `close_after` else wait for the next request on it."""
+
+    def __init__(self, answer: Answer, close_after: bool = False) -> None:
+        self.answer = answer
+        self.close_after = close_after
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self._open: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            self._open.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        buf = b""
+        try:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length")
+                    ),
+                    0,
+                )
+                while len(buf) < length:
+                    buf += conn.recv(65536)
+                request, buf = head + b"\r\n\r\n" + buf[:length], buf[length:]
+                self.requests.append(request)
+                reply = self.answer(request)
+                if reply is not None:
+                    conn.sendall(reply)
+                if self.close_after:
+                    conn.close()
+                    return
+        except OSError:
+            return
+
+    def close_idle(self) -> None:
+        """Close every connection from the server's side (a keep-alive timeout)."""
+        for conn in self._open:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
+
+    def stop(self) -> None:
+        self.close_idle()
+        self.sock.close()
+
+
+@pytest.fixture
+def raw() -> Iterator[Callable[..., RawServer]]:
+    made: list[RawServer] = []
+
+    def make(answer: Answer, close_after: bool = False) -> RawServer:
+        made.append(RawServer(answer, close_after))
+        return made[-1]
+
+    yield make
+    for server in made:
+        server.stop()
+
+
+COMPLETION = {
+    "id": "c1",
+    "object": "chat.completion",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}],
+}
+
+
+def _reply(body: bytes, *headers: str, status: str = "200 OK") -> bytes:
+    head = "".join(f"{h}\r\n" for h in headers)
+    return f"HTTP/1.1 {status}\r\n{head}content-length: {len(body)}\r\n\r\n".encode() + body
+
+
+def _sse(*chunks: dict[str, Any]) -> bytes:
+    body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+    return body.encode()
+
+
+def _chunk(text: str) -> dict[str, Any]:
+    return {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": text}}],
+    }
+
+
+def _chunks(
+    server: RawServer, client: AsyncDirect | None = None, calls: int = 1
+) -> list[list[dict[str, Any]]]:
+    direct = client or AsyncDirect(5)
+    worker = Worker("w", "openai/w", api_base=server.url)
+    request = {"messages": [{"role": "user", "content": "hi"}], "stream": True, "api_base": server.url}
+
+    async def run() -> list[list[dict[str, Any]]]:
+        out = []
+        for _ in range(calls):
+            out.append(await direct.read_chunks(await direct.open_stream(worker, request)))
+        await direct.close()
+        return out
+
+    return asyncio.run(run())
+
+
+def test_a_gzipped_reply_is_read_and_the_request_is_well_formed(raw: Callable[..., RawServer]) -> None:
+    server = raw(lambda _: _reply(gzip.compress(_sse(_chunk("he"), _chunk("llo"))), "content-encoding: gzip"))
+    [chunks] = _chunks(server)
+    assert "".join(c["choices"][0]["delta"]["content"] for c in chunks) == "hello"
+    head, _, body = server.requests[0].partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    assert lines[0] == "POST /v1/chat/completions HTTP/1.1"
+    assert f"host: 127.0.0.1:{server.port}" in lines and f"content-length: {len(body)}" in lines
+    assert json.loads(body)["model"] == "w"
+
+
+def test_chunked_streams_on_one_kept_alive_connection_and_a_closed_one_is_replaced(
+    raw: Callable[..., RawServer],
+) -> None:
+    def chunked(_: bytes) -> bytes:
+        body = _sse(_chunk("a"), _chunk("b"))
+        pieces = [body[:7], body[7:30], body[30:]]  # split mid-line, across HTTP chunks
+        framed = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+        return (
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+            + framed
+        )
+
+    server = raw(chunked)
+    direct = AsyncDirect(5)
+    worker = Worker("w", "openai/w", api_base=server.url)
+    request = {"messages": [], "stream": True, "api_base": server.url}
+
+    async def run() -> list[list[dict[str, Any]]]:
+        out = [await direct.read_chunks(await direct.open_stream(worker, request)) for _ in range(3)]
+        server.close_idle()  # the server's keep-alive ran out
+        await asyncio.sleep(0.1)
+        out.append(await direct.read_chunks(await direct.open_stream(worker, request)))
+        await direct.close()
+        return out
+
+    replies = asyncio.run(run())
+    assert all([c["choices"][0]["delta"]["content"] for c in r] == ["a", "b"] for r in replies)
+    assert server.connections == 2 and len(server.requests) == 4
+
+
+def test_a_body_that_ends_with_its_connection_is_whole(raw: Callable[..., RawServer]) -> None:
+    server = raw(
+        lambda _: b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n" + _sse(_chunk("x")),
+        close_after=True,
+    )
+    assert [[c["choices"][0]["delta"]["content"] for c in r] for r in _chunks(server, calls=2)] == [
+        ["x"],
+        ["x"],
+    ]
+    assert server.connections == 2
+
+
+@pytest.mark.parametrize(
+    ("reply", "error", "match"),
+    [
+        (b"HTTP/1.1 200 OK\r\ncontent-length: 500\r\n\r\ndata: {}", ConnectionError, "closed the connection"),
+        (b"NOT HTTP AT ALL\r\n\r\n", ConnectionError, "malformed response"),
+        (_reply(b"x", "content-encoding: br"), ConnectionError, "br-encoded"),
+        (_reply(b"not gzip", "content-encoding: gzip"), ConnectionError, "compressed reply is damaged"),
+        (
+            _reply(b'{"error": {"message": "slow down"}}', "retry-after: 7", status="429 Too Many"),
+            HTTPStatusFault,
+            "slow down",
+        ),
+    ],
+    ids=["cut-short", "malformed", "unknown-encoding", "bad-gzip", "error-status"],
+)
+def test_faults_are_the_exceptions_classify_knows(
+    raw: Callable[..., RawServer], reply: bytes, error: type[Exception], match: str
+) -> None:
+    server = raw(lambda _: reply, close_after=True)
+    with pytest.raises(error, match=match) as raised:
+        _chunks(server)
+    if isinstance(raised.value, HTTPStatusFault):
+        assert raised.value.status_code == 429 and raised.value.response.headers["retry-after"] == "7"
+
+
+def test_a_silent_server_times_out_and_a_refused_one_is_a_connection_error(
+    raw: Callable[..., RawServer],
+) -> None:
+    server = raw(lambda _: None)
+    with pytest.raises(TimeoutError, match=r"no data from the worker for 0\.3 s"):
+        _chunks(server, AsyncDirect(0.3))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    with pytest.raises(ConnectionError, match="cannot connect"):
+        asyncio.run(LoopHTTP(1, 1).post(f"http://127.0.0.1:{dead}/v1", b"{}", {}, None))
+
+
+def test_a_caller_that_gives_up_waiting_closes_its_connection(raw: Callable[..., RawServer]) -> None:
+    server = raw(lambda _: None)
+    http = LoopHTTP(5, 5)
+
+    async def run() -> int:
+        task = asyncio.ensure_future(http.post(server.url + "/chat/completions", b"{}", {}, None))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return len(http._open)
+
+    assert asyncio.run(run()) == 0
+
+
+def test_urls() -> None:
+    assert _split("https://api.example.com/v1/chat") == ("https", "api.example.com", 443, "/v1/chat")
+    assert _split("http://user:pw@[::1]:8080/x?q=1") == ("http", "::1", 8080, "/x?q=1")
+    assert _split("http://h") == ("http", "h", 80, "/")
+    for bad in ("ftp://h/", "http://:80/", "http://h:port/", "http://h:99999/"):
+        with pytest.raises(ConnectionError):
+            _split(bad)
