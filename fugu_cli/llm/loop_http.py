@@ -58,6 +58,7 @@ class LoopHTTP:
         self.read_timeout_s = read_timeout_s
         self._idle: dict[tuple[str, str, int], deque[_Connection]] = {}
         self._open: set[_Connection] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def post(
         self, url: str, body: bytes, headers: dict[str, str], tls: ssl.SSLContext | None
@@ -65,6 +66,11 @@ class LoopHTTP:
         """POST `body` to `url`; the response once its head came (within the read timeout)."""
         scheme, host, port, target = _split(url)
         key = (scheme, host, port)
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # connections belong to the loop they were made in
+            self._idle.clear()
+            self._open.clear()
+            self._loop = loop
         conn = self._reuse(key) or await self._connect(key, tls if scheme == "https" else None)
         head = [f"POST {target} HTTP/1.1", f"host: {_host_header(host, port, scheme)}"]
         head += [f"{k}: {v}" for k, v in headers.items()]
@@ -165,6 +171,8 @@ class _Connection(asyncio.Protocol):
     async def body_part(self) -> bytes:
         """The body's next bytes (b"" at its end); raises where the connection failed before it."""
         while not self._parts:
+            if self._error is not None:
+                raise self._error
             if self._done:
                 return b""
             await self._wait()

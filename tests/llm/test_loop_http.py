@@ -10,6 +10,8 @@ import gzip
 import json
 import socket
 import threading
+import time
+import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,7 +21,8 @@ from fugu_cli.llm.direct import AsyncDirect, HTTPStatusFault
 from fugu_cli.llm.loop_http import LoopHTTP, _split
 from fugu_cli.types import Worker
 
-Answer = Callable[[bytes], bytes | None]  # the request's bytes -> what to send (None: send nothing)
+# the request's bytes -> what to send (None: nothing; a list: its pieces a moment apart)
+Answer = Callable[[bytes], bytes | list[bytes] | None]
 
 
 class RawServer:
@@ -75,8 +78,9 @@ class RawServer:
                 request, buf = head + b"\r\n\r\n" + buf[:length], buf[length:]
                 self.requests.append(request)
                 reply = self.answer(request)
-                if reply is not None:
-                    conn.sendall(reply)
+                for i, piece in enumerate([reply] if isinstance(reply, bytes) else reply or []):
+                    time.sleep(0.1 if i else 0)  # each piece in a read of its own
+                    conn.sendall(piece)
                 if self.close_after:
                     conn.close()
                     return
@@ -205,6 +209,15 @@ def test_a_body_that_ends_with_its_connection_is_whole(raw: Callable[..., RawSer
     assert server.connections == 2
 
 
+def _good_then_damaged() -> list[bytes]:
+    """A chunked gzip stream sent in two pieces: its head and a whole event, then bytes that are not gzip."""
+    packer = zlib.compressobj(wbits=31)
+    good = packer.compress(_sse(_chunk("a"))) + packer.flush(zlib.Z_SYNC_FLUSH)
+    head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-encoding: gzip\r\n"
+    first = f"{head}transfer-encoding: chunked\r\n\r\n".encode() + b"%x\r\n%s\r\n" % (len(good), good)
+    return [first, b"7\r\ngarbage\r\n0\r\n\r\n"]
+
+
 @pytest.mark.parametrize(
     ("reply", "error", "match"),
     [
@@ -221,13 +234,39 @@ def test_a_body_that_ends_with_its_connection_is_whole(raw: Callable[..., RawSer
     ids=["cut-short", "malformed", "unknown-encoding", "bad-gzip", "error-status"],
 )
 def test_faults_are_the_exceptions_classify_knows(
-    raw: Callable[..., RawServer], reply: bytes, error: type[Exception], match: str
+    raw: Callable[..., RawServer], reply: bytes | list[bytes], error: type[Exception], match: str
 ) -> None:
     server = raw(lambda _: reply, close_after=True)
     with pytest.raises(error, match=match) as raised:
         _chunks(server)
     if isinstance(raised.value, HTTPStatusFault):
         assert raised.value.status_code == 429 and raised.value.response.headers["retry-after"] == "7"
+
+
+@pytest.mark.parametrize("reader_late", [False, True], ids=["reader-waiting", "reader-late"])
+def test_a_stream_damaged_after_its_first_event_fails_after_it(
+    raw: Callable[..., RawServer], reader_late: bool
+) -> None:
+    """The event before the damage is read, then the damage raises, whether the reader was waiting when
+    it came or reads only after the whole response (damage included) has arrived."""
+    server = raw(lambda _: _good_then_damaged())
+    direct = AsyncDirect(5)
+    worker = Worker("w", "openai/w", api_base=server.url)
+    seen: list[str] = []
+
+    async def run() -> None:
+        response = await direct.open_stream(worker, {"messages": [], "api_base": server.url})
+        if reader_late:
+            await asyncio.sleep(0.4)
+        try:
+            async for chunk in direct.iter_chunks(response):
+                seen.append(chunk["choices"][0]["delta"]["content"])
+        finally:
+            await direct.close()
+
+    with pytest.raises(ConnectionError, match="compressed reply is damaged"):
+        asyncio.run(run())
+    assert seen == ["a"]
 
 
 def test_a_silent_server_times_out_and_a_refused_one_is_a_connection_error(
@@ -265,3 +304,19 @@ def test_urls() -> None:
     for bad in ("ftp://h/", "http://:80/", "http://h:port/", "http://h:99999/"):
         with pytest.raises(ConnectionError):
             _split(bad)
+
+
+def test_a_client_used_from_a_second_event_loop_opens_its_own_connections(
+    raw: Callable[..., RawServer],
+) -> None:
+    server = raw(lambda _: _reply(json.dumps(COMPLETION).encode(), "content-type: application/json"))
+    direct = AsyncDirect(5)
+    worker = Worker("w", "openai/w", api_base=server.url)
+
+    async def one() -> str:
+        response = await direct.open_stream(worker, {"messages": [], "api_base": server.url})
+        [chunk] = await direct.read_chunks(response)
+        return str(chunk["choices"][0]["delta"]["content"])
+
+    assert [asyncio.run(one()), asyncio.run(one())] == ["hello", "hello"]  # the first loop's is kept idle
+    assert server.connections == 2
