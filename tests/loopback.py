@@ -88,15 +88,22 @@ class _Listener(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-class SilentServer:
-    """A real TCP listener on loopback that accepts every connection, reads the request and never answers:
-    a provider hung after `accept`."""
+class RawServer:
+    """A real TCP listener on loopback that answers each request (its head and content-length body) with the
+    bytes `answer(request)` gives: None sends nothing, a list sends its pieces a moment apart (each in a read
+    of its own). The connection is then closed if `close_after`, else it waits for the next request. For
+    what the loopback provider does not send: compressed, malformed, cut short, silent."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, answer: Callable[[bytes], bytes | list[bytes] | None], close_after: bool = False
+    ) -> None:
+        self.answer = answer
+        self.close_after = close_after
         self.sock = socket.create_server(("127.0.0.1", 0))
-        self.base_url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        self.port = int(self.sock.getsockname()[1])
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.connections = 0
-        self.request_lines: list[str] = []  # e.g. "POST /v1/chat/completions HTTP/1.1"
+        self.requests: list[bytes] = []
         self._held: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -108,18 +115,65 @@ class SilentServer:
                 return
             self.connections += 1
             self._held.append(conn)
-            head = conn.recv(65536).split(b"\r\n", 1)[0]
-            if head:
-                self.request_lines.append(head.decode("latin-1"))
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        buf = b""
+        try:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                lines = head.split(b"\r\n")
+                sizes = [
+                    line.split(b":", 1)[1] for line in lines if line.lower().startswith(b"content-length:")
+                ]
+                length = int(sizes[0]) if sizes else 0
+                while len(buf) < length:
+                    buf += conn.recv(65536)
+                self.requests.append(head + b"\r\n\r\n" + buf[:length])
+                buf = buf[length:]
+                reply = self.answer(self.requests[-1])
+                for i, piece in enumerate([reply] if isinstance(reply, bytes) else reply or []):
+                    time.sleep(0.1 if i else 0)
+                    conn.sendall(piece)
+                if self.close_after:
+                    conn.close()
+                    return
+        except OSError:
+            return
+
+    @property
+    def request_lines(self) -> list[str]:
+        """e.g. "POST /v1/chat/completions HTTP/1.1", one a request."""
+        return [r.split(b"\r\n", 1)[0].decode("latin-1") for r in list(self.requests)]
 
     @property
     def posts(self) -> int:
         return sum(1 for line in self.request_lines if line.startswith("POST "))
 
+    def close_connections(self) -> None:
+        """Close every connection from the server's side (as a keep-alive timeout does)."""
+        for conn in self._held:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
+
     def close(self) -> None:
         self.sock.close()
-        for conn in self._held:
-            conn.close()
+        self.close_connections()
+
+
+class SilentServer(RawServer):
+    """Accepts every connection, reads the request and never answers: a provider hung after `accept`."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda _: None)
 
 
 class LoopbackServer:

@@ -12,6 +12,7 @@ a malformed response, TLS failures), `TimeoutError` (connect, and each wait for 
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 import zlib
 from collections import deque
@@ -74,6 +75,8 @@ class LoopHTTP:
         conn = self._reuse(key) or await self._connect(key, tls if scheme == "https" else None)
         head = [f"POST {target} HTTP/1.1", f"host: {_host_header(host, port, scheme)}"]
         head += [f"{k}: {v}" for k, v in headers.items()]
+        if any(_UNSAFE.search(line) for line in head):  # a key or URL that would end the line early
+            raise ValueError("a line break, space or control character in the worker's URL or a header")
         head += [f"content-length: {len(body)}", "accept-encoding: gzip, deflate", "", ""]
         return await conn.request("\r\n".join(head).encode("latin-1") + body)
 
@@ -296,6 +299,10 @@ class _Connection(asyncio.Protocol):
                 self._parts.append(rest)
         self._done = True
         self._wake()
+
+
+# in the request line's target (spaces too) or a header's value (a header line has its ": ")
+_UNSAFE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]|^POST \S*\s\S*\s")
 
 
 def _split(url: str) -> tuple[str, str, int, str]:

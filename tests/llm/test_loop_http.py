@@ -9,8 +9,6 @@ import asyncio
 import gzip
 import json
 import socket
-import threading
-import time
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,98 +18,20 @@ import pytest
 from fugu_cli.llm.direct import AsyncDirect, HTTPStatusFault
 from fugu_cli.llm.loop_http import LoopHTTP, _split
 from fugu_cli.types import Worker
-
-# the request's bytes -> what to send (None: nothing; a list: its pieces a moment apart)
-Answer = Callable[[bytes], bytes | list[bytes] | None]
-
-
-class RawServer:
-    """Each connection: read a request (head and content-length body), send `answer(request)`, then close
-    the connection if `close_after` else wait for the next request on it."""
-
-    def __init__(self, answer: Answer, close_after: bool = False) -> None:
-        self.answer = answer
-        self.close_after = close_after
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.connections = 0
-        self.requests: list[bytes] = []
-        self._open: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            self._open.append(conn)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        buf = b""
-        try:
-            while True:
-                while b"\r\n\r\n" not in buf:
-                    data = conn.recv(65536)
-                    if not data:
-                        return
-                    buf += data
-                head, _, buf = buf.partition(b"\r\n\r\n")
-                length = next(
-                    (
-                        int(line.split(b":")[1])
-                        for line in head.split(b"\r\n")
-                        if line.lower().startswith(b"content-length")
-                    ),
-                    0,
-                )
-                while len(buf) < length:
-                    buf += conn.recv(65536)
-                request, buf = head + b"\r\n\r\n" + buf[:length], buf[length:]
-                self.requests.append(request)
-                reply = self.answer(request)
-                for i, piece in enumerate([reply] if isinstance(reply, bytes) else reply or []):
-                    time.sleep(0.1 if i else 0)  # each piece in a read of its own
-                    conn.sendall(piece)
-                if self.close_after:
-                    conn.close()
-                    return
-        except OSError:
-            return
-
-    def close_idle(self) -> None:
-        """Close every connection from the server's side (a keep-alive timeout)."""
-        for conn in self._open:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            conn.close()
-
-    def stop(self) -> None:
-        self.close_idle()
-        self.sock.close()
+from tests.loopback import RawServer
 
 
 @pytest.fixture
 def raw() -> Iterator[Callable[..., RawServer]]:
     made: list[RawServer] = []
 
-    def make(answer: Answer, close_after: bool = False) -> RawServer:
+    def make(answer: Callable[[bytes], bytes | list[bytes] | None], close_after: bool = False) -> RawServer:
         made.append(RawServer(answer, close_after))
         return made[-1]
 
     yield make
     for server in made:
-        server.stop()
+        server.close()
 
 
 COMPLETION = {
@@ -143,8 +63,8 @@ def _chunks(
     server: RawServer, client: AsyncDirect | None = None, calls: int = 1
 ) -> list[list[dict[str, Any]]]:
     direct = client or AsyncDirect(5)
-    worker = Worker("w", "openai/w", api_base=server.url)
-    request = {"messages": [{"role": "user", "content": "hi"}], "stream": True, "api_base": server.url}
+    worker = Worker("w", "openai/w", api_base=server.base_url)
+    request = {"messages": [{"role": "user", "content": "hi"}], "stream": True, "api_base": server.base_url}
 
     async def run() -> list[list[dict[str, Any]]]:
         out = []
@@ -181,12 +101,12 @@ def test_chunked_streams_on_one_kept_alive_connection_and_a_closed_one_is_replac
 
     server = raw(chunked)
     direct = AsyncDirect(5)
-    worker = Worker("w", "openai/w", api_base=server.url)
-    request = {"messages": [], "stream": True, "api_base": server.url}
+    worker = Worker("w", "openai/w", api_base=server.base_url)
+    request = {"messages": [], "stream": True, "api_base": server.base_url}
 
     async def run() -> list[list[dict[str, Any]]]:
         out = [await direct.read_chunks(await direct.open_stream(worker, request)) for _ in range(3)]
-        server.close_idle()  # the server's keep-alive ran out
+        server.close_connections()  # the server's keep-alive ran out
         await asyncio.sleep(0.1)
         out.append(await direct.read_chunks(await direct.open_stream(worker, request)))
         await direct.close()
@@ -251,11 +171,11 @@ def test_a_stream_damaged_after_its_first_event_fails_after_it(
     it came or reads only after the whole response (damage included) has arrived."""
     server = raw(lambda _: _good_then_damaged())
     direct = AsyncDirect(5)
-    worker = Worker("w", "openai/w", api_base=server.url)
+    worker = Worker("w", "openai/w", api_base=server.base_url)
     seen: list[str] = []
 
     async def run() -> None:
-        response = await direct.open_stream(worker, {"messages": [], "api_base": server.url})
+        response = await direct.open_stream(worker, {"messages": [], "api_base": server.base_url})
         if reader_late:
             await asyncio.sleep(0.4)
         try:
@@ -287,7 +207,7 @@ def test_a_caller_that_gives_up_waiting_closes_its_connection(raw: Callable[...,
     http = LoopHTTP(5, 5)
 
     async def run() -> int:
-        task = asyncio.ensure_future(http.post(server.url + "/chat/completions", b"{}", {}, None))
+        task = asyncio.ensure_future(http.post(server.base_url + "/chat/completions", b"{}", {}, None))
         await asyncio.sleep(0.2)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -311,12 +231,32 @@ def test_a_client_used_from_a_second_event_loop_opens_its_own_connections(
 ) -> None:
     server = raw(lambda _: _reply(json.dumps(COMPLETION).encode(), "content-type: application/json"))
     direct = AsyncDirect(5)
-    worker = Worker("w", "openai/w", api_base=server.url)
+    worker = Worker("w", "openai/w", api_base=server.base_url)
 
     async def one() -> str:
-        response = await direct.open_stream(worker, {"messages": [], "api_base": server.url})
+        response = await direct.open_stream(worker, {"messages": [], "api_base": server.base_url})
         [chunk] = await direct.read_chunks(response)
         return str(chunk["choices"][0]["delta"]["content"])
 
     assert [asyncio.run(one()), asyncio.run(one())] == ["hello", "hello"]  # the first loop's is kept idle
     assert server.connections == 2
+
+
+def test_a_line_break_in_a_key_or_a_space_in_the_url_is_refused_before_anything_is_sent(
+    raw: Callable[..., RawServer],
+) -> None:
+    """A header injected through a key with a line break (or a request line split by a URL with a space)
+    would reach the worker as fugu's own words: refused here, nothing sent."""
+    server = raw(lambda _: _reply(b"{}"))
+    worker = Worker("w", "openai/w", api_base=server.base_url)
+    for request in (
+        {"messages": [], "api_base": server.base_url, "api_key": "sk-1\r\nx-injected: yes"},
+        {"messages": [], "api_base": server.base_url + "/a b"},
+    ):
+
+        async def post(request: dict[str, Any] = request) -> None:
+            await AsyncDirect(5).open_stream(worker, request)
+
+        with pytest.raises(ValueError, match="line break, space or control character"):
+            asyncio.run(post())
+    assert server.requests == []
