@@ -51,6 +51,8 @@ HTTPX_FLOOR = "floor: python + one HTTP request (httpx)"
 STDLIB_FLOOR = "floor: python + one HTTP request (http.client)"
 PRIOR = "fugu -p, prior router"
 PRIOR_NO_MAP = "fugu -p, prior router, --no-repo-map"
+# as a newcomer writes a pool: hosted models by name, no prices and no windows (litellm's table has them)
+PRIOR_TABLE = "fugu -p, prior router, a pool priced by litellm's table"
 WORKERS = ("gpt-5", "claude-sonnet")  # both known to the shipped checkpoint, so `--router default` is learned
 FLOOR_LEARNED = """
 import json, sys, http.client
@@ -185,11 +187,18 @@ def setting(work: Path, server: LoopbackServer) -> tuple[Path, Path, dict[str, s
     return repo, pool, env
 
 
+def table_pool(work: Path, server: LoopbackServer) -> Path:
+    """Two workers litellm's table prices (gpt-5, gpt-5-mini), with no prices or windows of their own."""
+    rows = [{"name": n, "model": f"openai/{n}", "api_base": server.base_url} for n in ("gpt-5", "gpt-5-mini")]
+    return write_pool(work / "pool-table.toml", rows)
+
+
 def startup(work: Path, runs: int, prior_only: bool = False) -> None:
     with BenchLoopback(2, set()) as server:
         repo, pool, env = setting(work / "startup", server)
         port = str(server.port)
         fugu = [*fugu_command(), "-p", "say hello", "--pool", str(pool)]
+        table = str(table_pool(work / "startup", server))
         cmds = {
             TORCH_FLOOR: [sys.executable, "-c", FLOOR_LEARNED, port],
             LEARNED: [*fugu, "--router", "default"],
@@ -198,11 +207,12 @@ def startup(work: Path, runs: int, prior_only: bool = False) -> None:
             PRIOR: [*fugu, "--router", "prior"],
             # the repo map's exact token count is what loads a tokenizer in a short run: its share, shown
             PRIOR_NO_MAP: [*fugu, "--router", "prior", "--no-repo-map"],
+            PRIOR_TABLE: [*fugu_command(), "-p", "say hello", "--pool", table, "--router", "prior"],
         }
         if prior_only:
             cmds = {k: v for k, v in cmds.items() if k not in (TORCH_FLOOR, LEARNED)}
         cold_home = dict(env, FUGU_HOME=str(work / "cold-home"))
-        firsts = [name for name in (LEARNED, PRIOR) if name in cmds]
+        firsts = [name for name in (LEARNED, PRIOR, PRIOR_TABLE) if name in cmds]
         cold = {name: launch(cmds[name], server, cold_home, repo) for name in firsts}
         for cmd in cmds.values():  # warm the page cache, FUGU_HOME's caches and the store
             launch(cmd, server, env, repo)
@@ -220,6 +230,7 @@ def startup(work: Path, runs: int, prior_only: bool = False) -> None:
         ("prior", PRIOR, HTTPX_FLOOR),
         ("prior vs http.client", PRIOR, STDLIB_FLOOR),
         ("prior, no repo map", PRIOR_NO_MAP, HTTPX_FLOOR),
+        ("prior, table's prices", PRIOR_TABLE, HTTPX_FLOOR),
     )
     for label, mine, floor in pairs:
         if mine not in got or floor not in got:
@@ -228,7 +239,7 @@ def startup(work: Path, runs: int, prior_only: bool = False) -> None:
         paired = statistics.median(a.first_ms / b.first_ms for a, b in both)
         print(f"  ratio {label:<22} {med[mine] / med[floor]:5.2f}x (median of paired ratios {paired:.2f}x)")
     print("  first run in a new FUGU_HOME (no caches yet): " + ", ".join(
-        f"{name.split(', ')[1]} {x.first_ms:.0f} ms" for name, x in cold.items()
+        f"{', '.join(name.split(', ')[1:])} {x.first_ms:.0f} ms" for name, x in cold.items()
     ))  # fmt: skip
 
 

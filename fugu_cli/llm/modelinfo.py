@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import math
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -28,6 +29,7 @@ FIELDS = (
     "supports_vision",
     "price",
     "cached_price",
+    "unit_price",
 )
 Counter = Callable[[str], int]
 
@@ -156,6 +158,7 @@ class ModelInfo:
         out["supports_vision"] = bool(info.get("supports_vision"))
         out["price"] = price_per_million(litellm, model)
         out["cached_price"] = cached_price_per_million(info)
+        out["unit_price"] = unit_price(litellm, model, info)
         return out | {"tokenizer": litellm_tokenizer(litellm, model)[0]}
 
     def _load(self) -> dict[str, dict[str, Any]]:
@@ -208,6 +211,60 @@ def price_per_million(litellm: Any, model: str) -> list[float] | None:
     except Exception:
         return None
     return [float(cost_in), float(cost_out)]
+
+
+# prompt sizes (tokens) at which `unit_price` checks its formula against litellm: around the thresholds of
+# litellm's price tiers (above 100k, 128k, 200k, 256k, 272k tokens; `tiered_pricing` ranges)
+_PROBES = (1_000, 8_000, 16_000, 32_000, 64_000, 100_000, 128_000, 200_000, 256_000, 272_000, 1_000_000)
+
+
+def unit_price(litellm: Any, model: str, info: Mapping[str, Any]) -> list[float | None] | None:
+    """How litellm's `cost_per_token` prices a reply of `model`: [input, output, cached input USD per
+    token, the largest prompt (tokens) that holds for, None: any], so that a reply is priced without
+    importing litellm (`local_cost`). Found by asking litellm at growing prompt sizes (half as many
+    completion tokens, a quarter of the prompt cached): the formula holds up to the last size where
+    litellm's answer is the formula's (a price tier starts past it). None where it does not hold even for
+    the smallest, or where the price depends on the time of the call (off-peak prices)."""
+    if info.get("off_peak_pricing"):
+        return None
+    try:
+        price_in, price_out = float(info["input_cost_per_token"]), float(info["output_cost_per_token"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    cached = info.get("cache_read_input_token_cost")
+    price_cached = float(cached) if cached is not None else price_in
+    unit: list[float | None] = [price_in, price_out, price_cached, None]
+    held: int | None = None
+    for size in _PROBES:
+        try:
+            cost_in, cost_out = litellm.cost_per_token(
+                model=model,
+                prompt_tokens=size,
+                completion_tokens=size // 2,
+                cache_read_input_tokens=size // 4,
+            )
+            theirs = float(cost_in) + float(cost_out)
+        except Exception:
+            break
+        ours = local_cost(unit, size, size // 2, size // 4)
+        if ours is None or not math.isclose(theirs, ours, rel_tol=1e-9, abs_tol=1e-12):
+            break
+        held = size
+    else:
+        return unit  # the formula held at every size asked
+    return None if held is None else [price_in, price_out, price_cached, held]
+
+
+def local_cost(unit: Any, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> float | None:
+    """USD for a reply by `unit_price`'s answer, None where it does not hold (no answer, or a prompt larger
+    than it was checked for)."""
+    if not isinstance(unit, list) or len(unit) != 4:
+        return None
+    price_in, price_out, price_cached, upto = unit
+    if upto is not None and prompt_tokens > upto:
+        return None
+    cached = min(cached_tokens, prompt_tokens)
+    return float((prompt_tokens - cached) * price_in + cached * price_cached + completion_tokens * price_out)
 
 
 def cached_price_per_million(info: Mapping[str, Any]) -> float | None:

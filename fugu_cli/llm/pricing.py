@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from fugu_cli.llm.modelinfo import ModelInfo
+from fugu_cli.llm.modelinfo import ModelInfo, local_cost
 from fugu_cli.types import Usage, Worker
 
 _warned: set[str] = set()
@@ -62,23 +62,21 @@ class PriceBook:
 
     With `info` (litellm's answers kept on disk, modelinfo.py), a model litellm's table does not price is
     known as such without importing litellm (seconds and 150 MiB a run, for every worker a local server runs
-    under a name of its own)."""
+    under a name of its own), and a model it prices by the token is priced as it would price it (its
+    `unit_price`), also without it."""
 
     def __init__(self, litellm: Callable[[], Any], info: ModelInfo | None = None) -> None:
         self._litellm = litellm
         self._info = info
 
     def needs_table(self, worker: Worker) -> bool:
-        """Whether a reply of `worker` is priced from litellm's table (it has no prices of its own, and the
-        table is not known to lack them)."""
-        return worker.price_in is None and worker.price_out is None and not self._unpriced(worker.model)
-
-    def _unpriced(self, model: str) -> bool:
-        """The kept answers say litellm cannot price `model` (False when nothing is kept about it yet)."""
-        if self._info is None:
+        """Whether pricing a reply of `worker` needs litellm: it has no prices of its own, and nothing kept
+        says that litellm's table lacks them or how to price them without it (`unit_price`; a prompt past
+        the size that was checked for still asks litellm, when its reply comes)."""
+        if worker.price_in is not None or worker.price_out is not None:
             return False
-        found = self._info.cached(model)
-        return found is not None and found["price"] is None
+        kept = self._info.cached(worker.model) if self._info is not None else None
+        return kept is None or (kept["price"] is not None and kept["unit_price"] is None)
 
     def cost(self, worker: Worker, usage: Usage) -> tuple[Usage, str | None]:
         cached_price = None
@@ -106,8 +104,14 @@ class PriceBook:
         return ratio if 0 < ratio <= 1 else 1.0
 
     def _table_cost(self, worker: Worker, usage: Usage) -> tuple[float, str | None]:
-        if self._info is not None and self._info.get(worker.model)["price"] is None:
-            return 0.0, _once(worker.model, unknown_price_warning(worker))
+        if self._info is not None:
+            kept = self._info.get(worker.model)
+            if kept["price"] is None:
+                return 0.0, _once(worker.model, unknown_price_warning(worker))
+            cached = min(usage.cached_tokens, usage.prompt_tokens)
+            cost = local_cost(kept["unit_price"], usage.prompt_tokens, usage.completion_tokens, cached)
+            if cost is not None:  # litellm's own prices for this model, as its cost_per_token applies them
+                return cost, None
         try:
             cost_in, cost_out = self._litellm().cost_per_token(
                 model=worker.model,

@@ -168,7 +168,9 @@ def test_a_reply_without_token_counts_is_said_once_per_worker(loopback: Loopback
 def test_a_model_litellm_cannot_price_is_known_as_such_next_run_without_litellm(tmp_path: Path) -> None:
     """A local worker under a name of its own and no prices: the first run learns from litellm's table that
     it has no price (the warning, $0); the next run knows it from the kept answers and never imports
-    litellm. A priced model keeps litellm's price, and a run that has not met a model asks litellm."""
+    litellm. A model the table prices by the token is priced as litellm prices it, also without litellm
+    (up to the prompt size its price tier starts at: past it, litellm is asked); a run that has not met a
+    model asks litellm."""
     from fugu_cli.llm.modelinfo import ModelInfo
     from fugu_cli.llm.pricing import PriceBook, unknown_price_warning
     from fugu_cli.types import Usage
@@ -186,10 +188,28 @@ def test_a_model_litellm_cannot_price_is_known_as_such_next_run_without_litellm(
     def never() -> Any:
         raise AssertionError("litellm was imported")
 
+    gemini = Worker("g", "gemini/gemini-2.5-pro")  # a higher price past 200k prompt tokens
+    asked = {u: first.cost(gemini, u)[0].cost_usd for u in (Usage(200_000, 10, 50_000), Usage(200_001, 10))}
+    assert asked[Usage(200_001, 10)] > asked[Usage(200_000, 10, 50_000)] * 1.2
+
     again = PriceBook(never, ModelInfo(never, kept))
-    assert not again.needs_table(local) and again.needs_table(claude)
+    assert not again.needs_table(local) and not again.needs_table(claude) and not again.needs_table(gemini)
     cost, _ = again.cost(local, Usage(prompt_tokens=100, completion_tokens=10))
     assert cost.cost_usd == 0
+    assert again.cost(claude, Usage(prompt_tokens=1_000_000))[0].cost_usd == pytest.approx(3.0)
+    assert again.cost(claude, Usage(1_000_000, 0, 1_000_000))[0].cost_usd == pytest.approx(0.3)
+    local_gemini = again.cost(gemini, Usage(200_000, 10, 50_000))[0].cost_usd
+    assert local_gemini == pytest.approx(asked[Usage(200_000, 10, 50_000)], rel=1e-12)
+    asks: list[str] = []
+
+    def counted() -> Any:
+        asks.append("litellm")
+        return load_litellm()
+
+    tiered = PriceBook(counted, ModelInfo(never, kept))
+    assert tiered.cost(gemini, Usage(150_000, 10))[0].cost_usd > 0 and asks == []
+    assert tiered.cost(gemini, Usage(200_001, 10))[0].cost_usd == asked[Usage(200_001, 10)]
+    assert asks == ["litellm"]  # past the tier: litellm prices it
     with pytest.raises(AssertionError, match="litellm was imported"):
         again.cost(Worker("n", "openai/never-met"), Usage(prompt_tokens=1))
     # the pool's prices (`fugu pool`, the router's cost term) from the kept answers are litellm's own
@@ -203,3 +223,40 @@ def test_a_model_litellm_cannot_price_is_known_as_such_next_run_without_litellm(
     own = Worker("c", claude.model, price_in=3.0, price_out=15.0)
     mine, _ = again.cost(own, Usage(prompt_tokens=1_000_000, cached_tokens=1_000_000))
     assert mine.cost_usd == pytest.approx(0.3)
+
+
+def test_prices_without_litellm_are_litellms_own() -> None:
+    """`unit_price` (kept per model, so that a reply is priced without importing litellm) against litellm's
+    `cost_per_token` on random usages, with cached tokens, for models priced flat, with a cached price, and
+    with a tier past 200k prompt tokens; a price that depends on the time of day is left to litellm."""
+    import random
+
+    from fugu_cli.llm.modelinfo import local_cost, unit_price
+
+    litellm = load_litellm()
+    rng = random.Random(7)
+    models = [
+        "openai/gpt-5",
+        "openai/gpt-4o",
+        "anthropic/claude-sonnet-4-5-20250929",
+        "gemini/gemini-2.5-pro",
+    ]
+    units = {m: unit_price(litellm, m, litellm.get_model_info(m)) for m in models}
+    assert units["gemini/gemini-2.5-pro"] is not None and units["gemini/gemini-2.5-pro"][3] == 200_000
+    for model, unit in units.items():
+        assert unit is not None, model
+        for _ in range(100):
+            prompt = rng.randint(0, int(unit[3] or 2_000_000))
+            completion, cached = rng.randint(0, 64_000), rng.randint(0, prompt)
+            theirs = sum(
+                litellm.cost_per_token(
+                    model=model,
+                    prompt_tokens=prompt,
+                    completion_tokens=completion,
+                    cache_read_input_tokens=cached,
+                )
+            )
+            assert local_cost(unit, prompt, completion, cached) == pytest.approx(theirs, rel=1e-9, abs=1e-12)
+    info = dict(litellm.get_model_info("openai/gpt-5"))
+    assert unit_price(litellm, "openai/gpt-5", info | {"off_peak_pricing": {"start": "16:30"}}) is None
+    assert local_cost(None, 10, 10, 0) is None
