@@ -1,14 +1,17 @@
 """Memory of the REPL, each figure beside its floor measured in the same run:
 
-- idle, prior router: the REPL's resident memory (RSS) once its session is built and it waits at the prompt.
-  Floor: a process that imports what any prompt needs (prompt_toolkit, rich, httpx) and waits.
+- idle, prior router: the REPL's resident memory (RSS) once its session is built and it waits at the prompt,
+  and again after one turn. Floor: a process that imports what any prompt needs (prompt_toolkit, rich, httpx)
+  and waits. `--table-prices`: the pool's workers are models litellm's table prices (gpt-5, gpt-5-mini), with
+  no prices of their own, as a newcomer's pool is (the learned router then knows only one of them).
 - learned router (the shipped checkpoint): RSS at the prompt, then after each of N turns of 4 steps (three
   `read_file` calls and an answer) against two OpenAI-compatible loopback workers with prices, so no call
   needs litellm. Floor: python + import torch + MiniLM loaded on `bert.py`'s encoder + one forward.
 
 FUGU_HOME's caches are warm, as a user's are after a first run (one turn first, in a REPL of its own). RSS is
 read from /proc/PID/status when it has not changed for 2 s (or after 20 s). Linux only.
-Run: `PYTHONPATH=. .venv/bin/python tools/bench_repl.py [--turns 10]` (a benchmark, not a test).
+Run: `PYTHONPATH=. .venv/bin/python tools/bench_repl.py [--turns 10] [--table-prices]` (a benchmark, not a
+test).
 """
 
 from __future__ import annotations
@@ -154,12 +157,18 @@ def floor_rss(code: str, env: dict[str, str]) -> float:
     return rss
 
 
-def setting(work: Path, server: LoopbackServer) -> tuple[Path, dict[str, str]]:
+def setting(work: Path, server: LoopbackServer, table_prices: bool = False) -> tuple[Path, dict[str, str]]:
+    """A repo and an env whose pool has two workers on the loopback, with prices of their own, or with
+    `table_prices` models that litellm's table prices (gpt-5, gpt-5-mini) and no prices of their own."""
     repo = make_repo(work / "repo")
-    rows = [
+    rows: list[dict[str, object]] = [
         {"name": n, "model": f"openai/{n}", "api_base": server.base_url, "price_in": 1.0, "price_out": 2.0}
         for n in WORKERS
     ]
+    if table_prices:
+        rows = [
+            {"name": n, "model": f"openai/{n}", "api_base": server.base_url} for n in ("gpt-5", "gpt-5-mini")
+        ]
     write_pool(repo / "pool.toml", rows)
     (repo / ".git" / "info" / "exclude").write_text("pool.toml\n")
     env = dict(
@@ -177,6 +186,11 @@ def setting(work: Path, server: LoopbackServer) -> tuple[Path, dict[str, str]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=10, help="turns of the learned REPL")
+    parser.add_argument(
+        "--table-prices",
+        action="store_true",
+        help="a pool as a newcomer writes one: models litellm's table prices, no prices of their own",
+    )
     args = parser.parse_args(argv)
     compileall.compile_dir(ROOT / "fugu_cli", quiet=1)
     work = Path(tempfile.mkdtemp(prefix="fugu-bench-repl-"))
@@ -184,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the start")
     try:
         with Steps() as server:
-            repo, env = setting(work, server)
+            repo, env = setting(work, server, args.table_prices)
             for router in ("prior", "default"):  # warm FUGU_HOME's caches, as a first run does
                 warm = Repl(repo, env, router)
                 warm.wait_prompt()
@@ -194,11 +208,16 @@ def main(argv: list[str] | None = None) -> int:
             repl = Repl(repo, env, "prior")
             repl.wait_prompt()
             prior = settled_rss(repl.child.pid)
+            repl.turn("read calc.py and say what it does (prior)")
+            after = settled_rss(repl.child.pid, quiet_s=1.0, limit_s=10.0)
             repl.close()
-            print("REPL idle at the prompt, prior router (RSS):")
+            pool = "litellm's table prices" if args.table_prices else "prices of their own"
+            print(f"REPL idle at the prompt, prior router, workers with {pool} (RSS):")
             print(f"  floor: python + prompt_toolkit, rich, httpx  {prior_floor:6.1f} MiB")
             ratio = prior / prior_floor
             print(f"  fugu REPL                                   {prior:6.1f} MiB  ({ratio:.2f}x)")
+            ratio = after / prior_floor
+            print(f"  the same after one {STEPS}-step turn            {after:6.1f} MiB  ({ratio:.2f}x)")
             learned_floor = floor_rss(FLOOR_LEARNED, env)
             repl = Repl(repo, env, "default")
             repl.wait_prompt()
