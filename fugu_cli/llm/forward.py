@@ -161,9 +161,13 @@ class Forwarder:
         self.direct = DirectClient(self.config.timeout_s)
         self.adirect = AsyncDirect(self.config.timeout_s)
 
-    def warm(self) -> None:
-        load_litellm()
+    def warm(self, pool: Sequence[Worker] = ()) -> None:
+        """Open the threads' HTTP client, and import litellm (about 3 s and 150 MiB) when a call to a worker
+        of `pool` needs it: to translate it (not OpenAI-compatible), or to price its reply (all of them when
+        no pool is given)."""
         self.direct.warm()
+        if not pool or any(not is_openai_compatible(w) or self.prices.needs_table(w) for w in pool):
+            load_litellm()
 
     def complete(
         self, worker: Worker, params: Mapping[str, Any], cancel: threading.Event | None = None

@@ -80,8 +80,9 @@ class Hub:
         return [*MODELS, *(f"fugu/{n}" for n in self.resolved().names)]
 
     def warm(self) -> None:
-        """Slow one-time set-up (litellm's import, the pool, the router) before the first request."""
-        self.forwarder.warm()
+        """Slow one-time set-up (the pool, the router, and litellm's import where the pool needs it) before
+        the first request."""
+        self.forwarder.warm(self.resolved().pool)
         self.passthrough()
 
     def begin(self) -> threading.Event:
