@@ -454,16 +454,19 @@ def test_a_server_that_ignores_stream_is_still_understood() -> None:
 
 
 def test_warming_for_openai_compatible_priced_workers_leaves_litellm_unloaded() -> None:
-    """The REPL warms the client for its pool: litellm (150 MiB, seconds) only comes in for a worker that
-    needs it, one litellm translates for or whose reply is priced from litellm's table."""
+    """The REPL warms the client for its pool, and `fugu serve` its pass-through's: litellm (150 MiB,
+    seconds) only comes in for a worker that needs it, one litellm translates for or whose reply is priced
+    from litellm's table."""
     code = (
         "import sys\n"
         "from fugu_cli.llm.client import LiteLLMClient\n"
+        "from fugu_cli.llm.forward import Forwarder\n"
         "from fugu_cli.types import Worker\n"
         "base = 'http://127.0.0.1:9/v1'\n"
         "local = Worker(name='q', model='openai/qwen', api_base=base, price_in=0, price_out=0)\n"
         "client = LiteLLMClient()\n"
         "client.warm([local])\n"
+        "Forwarder().warm([local])\n"
         "unpriced = Worker(name='u', model='openai/qwen', api_base=base)\n"
         "claude = Worker(name='c', model='anthropic/claude-sonnet-4-5')\n"
         "print('litellm' in sys.modules, client.needs_litellm(local), client.needs_litellm(unpriced),\n"
