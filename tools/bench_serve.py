@@ -15,9 +15,10 @@ in the same run: the same call made directly to the worker with the same client 
 - sessions: the server's resident memory after a warm-up of new agent sessions (100: past the 64 it keeps
   live), then after 100 and 200 more (and the same for pass-through conversations).
 
-Measuring starts once the server's start-up work is over (it imports litellm and loads the router in a
-thread after it starts listening). The loopback worker streams on kept-alive connections (`--loopback close`:
-each stream ends by closing its connection, the benchmark's behaviour before 2026-12-01 22:00).
+Measuring starts once the server's start-up work is over (it loads the router, and litellm if the pool needs
+it, in a thread after it starts listening). The loopback worker streams on kept-alive connections
+(`--loopback close`: each stream ends by closing its connection, the benchmark's behaviour before 2026-12-01
+22:00).
 
 Run: `PYTHONPATH=. .venv/bin/python tools/bench_serve.py [--calls 200] [--router prior|default]
 [--history 40]`
