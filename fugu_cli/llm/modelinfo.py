@@ -202,15 +202,16 @@ class ModelInfo:
 
 
 def price_per_million(litellm: Any, model: str) -> list[float] | None:
-    """litellm's `cost_per_token` for a million input and a million output tokens; None when it cannot price
-    `model` (then PriceBook's per-reply `cost_per_token` cannot either)."""
+    """litellm's price per million input and output tokens for `model`, at its first price tier: its
+    `cost_per_token` for a thousand of each, times a thousand (asked for a million, litellm answers with the
+    price of prompts past its tiers, e.g. gemini-2.5-pro's above 200k tokens: twice the input price most
+    calls pay). None when it cannot price `model` (then PriceBook's per-reply `cost_per_token` cannot
+    either)."""
     try:
-        cost_in, cost_out = litellm.cost_per_token(
-            model=model, prompt_tokens=1_000_000, completion_tokens=1_000_000
-        )
+        cost_in, cost_out = litellm.cost_per_token(model=model, prompt_tokens=1_000, completion_tokens=1_000)
     except Exception:
         return None
-    return [float(cost_in), float(cost_out)]
+    return [round(float(cost_in) * 1_000, 9), round(float(cost_out) * 1_000, 9)]
 
 
 # prompt sizes (tokens) at which `unit_price` checks its formula against litellm: around the thresholds of

@@ -215,6 +215,9 @@ def test_a_model_litellm_cannot_price_is_known_as_such_next_run_without_litellm(
     # the pool's prices (`fugu pool`, the router's cost term) from the kept answers are litellm's own
     kept_info = ModelInfo(never, kept)
     assert table_price(claude.model, kept_info) == table_price(claude.model) == (3.0, 15.0)
+    # a tiered model's price is its first tier's, what most calls pay (asked for a million tokens, litellm
+    # answers with the price past 200k: 2.50 and 15.00)
+    assert table_price(gemini.model, kept_info) == table_price(gemini.model) == (1.25, 10.0)
     assert (
         table_cached_price(claude.model, kept_info) == table_cached_price(claude.model) == pytest.approx(0.3)
     )
