@@ -72,12 +72,12 @@ class LoopHTTP:
             self._idle.clear()
             self._open.clear()
             self._loop = loop
-        conn = self._reuse(key) or await self._connect(key, tls if scheme == "https" else None)
         head = [f"POST {target} HTTP/1.1", f"host: {_host_header(host, port, scheme)}"]
         head += [f"{k}: {v}" for k, v in headers.items()]
         if any(_UNSAFE.search(line) for line in head):  # a key or URL that would end the line early
             raise ValueError("a line break, space or control character in the worker's URL or a header")
         head += [f"content-length: {len(body)}", "accept-encoding: gzip, deflate", "", ""]
+        conn = self._reuse(key) or await self._connect(key, tls if scheme == "https" else None)
         return await conn.request("\r\n".join(head).encode("latin-1") + body)
 
     def _reuse(self, key: tuple[str, str, int]) -> _Connection | None:

@@ -259,4 +259,4 @@ def test_a_line_break_in_a_key_or_a_space_in_the_url_is_refused_before_anything_
 
         with pytest.raises(ValueError, match="line break, space or control character"):
             asyncio.run(post())
-    assert server.requests == []
+    assert server.requests == [] and server.connections == 0  # not even a connection was opened
