@@ -136,6 +136,7 @@ class _Connection(asyncio.Protocol):
         self.transport: Any = None
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
+        self.busy = False  # a request was written and its response is not released yet
         self.idle_since = 0.0
         self._new_parser = httptools.HttpResponseParser
         self._parse_error = httptools.HttpParserError
@@ -145,7 +146,6 @@ class _Connection(asyncio.Protocol):
         self.status = 0
         self.version = (1, 1)
         self.headers: dict[str, str] = {}
-        self._name = ""
         self._head_done = False
         self._keep_alive = False  # the server's word, read with the head (the parser forgets it at the end)
         self._done = False
@@ -162,6 +162,7 @@ class _Connection(asyncio.Protocol):
         if self.closed:
             raise ConnectionError("the worker closed the connection")
         self._reset()
+        self.busy = True
         self.transport.write(data)
         try:
             while not self._head_done:
@@ -207,6 +208,7 @@ class _Connection(asyncio.Protocol):
 
     def release(self) -> None:
         """Back to the pool when the response was read to its end and the server keeps the connection."""
+        self.busy = False
         if self._done and not self.closed and self._error is None and self._keep_alive:
             self.parser = self._new_parser(self)
             self.owner._keep(self)
@@ -227,6 +229,9 @@ class _Connection(asyncio.Protocol):
         self.owner._open.add(self)
 
     def data_received(self, data: bytes) -> None:
+        if not self.busy:  # bytes on an idle connection (a server's own 408, say): not to be reused
+            self.close()
+            return
         try:
             self.parser.feed_data(data)
         except self._parse_error as e:

@@ -260,3 +260,25 @@ def test_a_line_break_in_a_key_or_a_space_in_the_url_is_refused_before_anything_
         with pytest.raises(ValueError, match="line break, space or control character"):
             asyncio.run(post())
     assert server.requests == [] and server.connections == 0  # not even a connection was opened
+
+
+def test_an_idle_connection_the_server_speaks_on_is_not_reused(raw: Callable[..., RawServer]) -> None:
+    """A server that writes on a kept-alive connection between requests (a 408 when its keep-alive ends)
+    would put its words before the next reply: that connection is dropped and the next call opens one."""
+    reply = _reply(json.dumps(COMPLETION).encode(), "content-type: application/json")
+    server = raw(lambda _: [reply, b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\n\r\n"])
+    direct = AsyncDirect(5)
+    worker = Worker("w", "openai/w", api_base=server.base_url)
+
+    async def run() -> list[str]:
+        out = []
+        for _ in range(2):
+            response = await direct.open_stream(worker, {"messages": [], "api_base": server.base_url})
+            [chunk] = await direct.read_chunks(response)
+            out.append(str(chunk["choices"][0]["delta"]["content"]))
+            await asyncio.sleep(0.3)  # the 408 comes 0.1 s after the reply
+        await direct.close()
+        return out
+
+    assert asyncio.run(run()) == ["hello", "hello"]
+    assert server.connections == 2
