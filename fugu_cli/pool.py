@@ -211,7 +211,7 @@ def with_table_prices(pool: Sequence[Worker], info: ModelInfo | None = None) -> 
     for w in pool:
         found = table_price(w.model, info) if w.price_in is None and w.price_out is None else None
         if found:
-            w = dataclasses.replace(w, price_in=found[0], price_out=found[1])
+            w = dataclasses.replace(w, price_in=found[0], price_out=found[1], table_prices=True)
             if w.price_cached is None:
                 w = dataclasses.replace(w, price_cached=table_cached_price(w.model, info))
         out.append(w)

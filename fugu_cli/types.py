@@ -187,6 +187,9 @@ class Worker:
     price_cached: float | None = None  # USD per million cached input tokens (a provider's prompt cache)
     vision: bool | None = None  # it accepts images; None: as litellm's model table says
     embedding_model: str | None = None  # the litellm id of the embedding model its endpoint serves, if any
+    # its prices were filled in from litellm's table for the router's cost term (`pool.with_table_prices`):
+    # its replies are priced as litellm's table prices them (price tiers included), not by those figures
+    table_prices: bool = False
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,14 @@ def no_usage_warning(worker: Worker) -> str:
     )
 
 
+def _own_prices(worker: Worker) -> Worker:
+    """The worker as its replies are priced: prices filled in from litellm's table for the router
+    (`table_prices`) are left to the table, which knows its price tiers."""
+    if not worker.table_prices:
+        return worker
+    return replace(worker, price_in=None, price_out=None, price_cached=None, table_prices=False)
+
+
 def _free(worker: Worker) -> bool:
     return worker.price_in == 0 and worker.price_out == 0
 
@@ -73,12 +81,14 @@ class PriceBook:
         """Whether pricing a reply of `worker` needs litellm: it has no prices of its own, and nothing kept
         says that litellm's table lacks them or how to price them without it (`unit_price`; a prompt past
         the size that was checked for still asks litellm, when its reply comes)."""
+        worker = _own_prices(worker)
         if worker.price_in is not None or worker.price_out is not None:
             return False
         kept = self._info.cached(worker.model) if self._info is not None else None
         return kept is None or (kept["price"] is not None and kept["unit_price"] is None)
 
     def cost(self, worker: Worker, usage: Usage) -> tuple[Usage, str | None]:
+        worker = _own_prices(worker)
         cached_price = None
         if worker.price_cached is None and worker.price_in is not None and usage.cached_tokens:
             cached_price = worker.price_in * self._cached_ratio(worker.model)

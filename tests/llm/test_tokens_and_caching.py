@@ -226,6 +226,17 @@ def test_a_model_litellm_cannot_price_is_known_as_such_next_run_without_litellm(
     own = Worker("c", claude.model, price_in=3.0, price_out=15.0)
     mine, _ = again.cost(own, Usage(prompt_tokens=1_000_000, cached_tokens=1_000_000))
     assert mine.cost_usd == pytest.approx(0.3)
+    # prices filled in from the table for the router's cost term: the router sees the first tier's price,
+    # a reply is priced as the table prices it, past the tier too
+    from fugu_cli.pool import with_table_prices
+
+    [given] = with_table_prices([gemini], kept_info)
+    assert (given.price_in, given.price_out, given.table_prices) == (1.25, 10.0, True)
+    assert not tiered.needs_table(given)
+    assert tiered.cost(given, Usage(150_000, 10))[0].cost_usd == pytest.approx(
+        (150_000 * 1.25 + 10 * 10) / 1e6
+    )
+    assert tiered.cost(given, Usage(200_001, 10))[0].cost_usd == asked[Usage(200_001, 10)]
 
 
 def test_prices_without_litellm_are_litellms_own() -> None:
