@@ -163,10 +163,10 @@ class Forwarder:
 
     def warm(self, pool: Sequence[Worker] = ()) -> None:
         """Open the threads' HTTP client, and import litellm (about 3 s and 150 MiB) when a call to a worker
-        of `pool` needs it: to translate it (not OpenAI-compatible), or to price its reply (all of them when
-        no pool is given)."""
+        of `pool` may need it: to translate it (not OpenAI-compatible), or to price its reply (all of them
+        when no pool is given). Not later, in the event loop, where every other request would wait."""
         self.direct.warm()
-        if not pool or any(not is_openai_compatible(w) or self.prices.needs_table(w) for w in pool):
+        if not pool or any(not is_openai_compatible(w) or self.prices.may_need_table(w) for w in pool):
             load_litellm()
 
     def complete(

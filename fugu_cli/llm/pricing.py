@@ -87,6 +87,19 @@ class PriceBook:
         kept = self._info.cached(worker.model) if self._info is not None else None
         return kept is None or (kept["price"] is not None and kept["unit_price"] is None)
 
+    def may_need_table(self, worker: Worker) -> bool:
+        """`needs_table`, or a reply of `worker` may still need litellm: its model has a price tier, and a
+        prompt past it is priced by litellm (serve imports litellm up front for such a pool, so that no reply
+        waits seconds for the import in its event loop)."""
+        if self.needs_table(worker):
+            return True
+        worker = _own_prices(worker)
+        if worker.price_in is not None or worker.price_out is not None or self._info is None:
+            return False
+        kept = self._info.cached(worker.model)
+        unit = kept["unit_price"] if kept is not None else None
+        return isinstance(unit, list) and unit[3] is not None
+
     def cost(self, worker: Worker, usage: Usage) -> tuple[Usage, str | None]:
         worker = _own_prices(worker)
         cached_price = None

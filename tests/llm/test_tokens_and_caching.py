@@ -233,6 +233,9 @@ def test_a_model_litellm_cannot_price_is_known_as_such_next_run_without_litellm(
     [given] = with_table_prices([gemini], kept_info)
     assert (given.price_in, given.price_out, given.table_prices) == (1.25, 10.0, True)
     assert not tiered.needs_table(given)
+    # serve imports litellm up front for a model with a tier (a long prompt's reply needs it), not for others
+    assert tiered.may_need_table(given) and tiered.may_need_table(gemini)
+    assert not tiered.may_need_table(claude) and not tiered.may_need_table(local)
     assert tiered.cost(given, Usage(150_000, 10))[0].cost_usd == pytest.approx(
         (150_000 * 1.25 + 10 * 10) / 1e6
     )
