@@ -340,18 +340,7 @@ class AsyncDirect:
 
     async def read_chunks(self, response: Any) -> list[dict[str, Any]]:
         """A stream's chunks to its end (a whole JSON reply as one chunk, as `DirectClient.stream`)."""
-        try:
-            if "json" in response.headers.get("content-type", ""):
-                return [_as_chunk(await response.read())]
-            events, out = _Events(response), []
-            while (data := await response.part()) and not events.cut:
-                out += events.feed(data)
-                events.check()
-            out += events.end()
-            events.check()
-            return out
-        finally:
-            response.release()
+        return [chunk async for chunk in self.iter_chunks(response)]
 
     async def iter_chunks(self, response: Any) -> AsyncIterator[dict[str, Any]]:
         """A stream's chunks as they come (a whole JSON reply as one chunk). Read to its end, the connection

@@ -32,7 +32,6 @@ class Response:
         self._conn = conn
         self.status = conn.status
         self.headers = conn.headers
-        self.version = conn.version
 
     async def read(self) -> bytes:
         parts = []
@@ -144,7 +143,6 @@ class _Connection(asyncio.Protocol):
 
     def _reset(self) -> None:
         self.status = 0
-        self.version = (1, 1)
         self.headers: dict[str, str] = {}
         self._head_done = False
         self._keep_alive = False  # the server's word, read with the head (the parser forgets it at the end)
@@ -271,8 +269,6 @@ class _Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self.status = self.parser.get_status_code()
-        major, _, minor = self.parser.get_http_version().partition(".")
-        self.version = (int(major or 1), int(minor or 0))
         self._keep_alive = self.parser.should_keep_alive()
         encoding = self.headers.get("content-encoding", "").strip().lower()
         if encoding in ("gzip", "x-gzip", "deflate"):

@@ -264,8 +264,21 @@ def local_cost(unit: Any, prompt_tokens: int, completion_tokens: int, cached_tok
     price_in, price_out, price_cached, upto = unit
     if upto is not None and prompt_tokens > upto:
         return None
-    cached = min(cached_tokens, prompt_tokens)
-    return float((prompt_tokens - cached) * price_in + cached * price_cached + completion_tokens * price_out)
+    return linear_cost(prompt_tokens, completion_tokens, cached_tokens, price_in, price_out, price_cached)
+
+
+def linear_cost(
+    prompt_tokens: int,
+    completion_tokens: int,
+    cached_tokens: int,
+    price_in: float,
+    price_out: float,
+    cached: float,
+) -> float:
+    """Cost at flat rates (any unit: per token, per million): cached input tokens (at most the prompt) at
+    `cached`, the rest of the prompt at `price_in`, the completion at `price_out`."""
+    hits = min(cached_tokens, prompt_tokens)
+    return float((prompt_tokens - hits) * price_in + hits * cached + completion_tokens * price_out)
 
 
 def cached_price_per_million(info: Mapping[str, Any]) -> float | None:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from fugu_cli.llm.modelinfo import ModelInfo, local_cost
+from fugu_cli.llm.modelinfo import ModelInfo, linear_cost, local_cost
 from fugu_cli.types import Usage, Worker
 
 _warned: set[str] = set()
@@ -26,10 +26,9 @@ def price_from_worker(worker: Worker, usage: Usage, cached_price: float | None =
     price_in = worker.price_in or 0.0
     if cached_price is None:
         cached_price = worker.price_cached if worker.price_cached is not None else price_in
-    cached = min(usage.cached_tokens, usage.prompt_tokens)
-    cost_in = (usage.prompt_tokens - cached) * price_in + cached * cached_price
-    cost_out = usage.completion_tokens * (worker.price_out or 0.0)
-    return (cost_in + cost_out) / 1_000_000
+    price_out = worker.price_out or 0.0
+    tokens = (usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+    return linear_cost(*tokens, price_in, price_out, cached_price) / 1_000_000
 
 
 def unknown_price_warning(worker: Worker) -> str:
@@ -91,14 +90,14 @@ class PriceBook:
         """`needs_table`, or a reply of `worker` may still need litellm: its model has a price tier, and a
         prompt past it is priced by litellm (serve imports litellm up front for such a pool, so that no reply
         waits seconds for the import in its event loop)."""
-        if self.needs_table(worker):
-            return True
         worker = _own_prices(worker)
-        if worker.price_in is not None or worker.price_out is not None or self._info is None:
+        if worker.price_in is not None or worker.price_out is not None:
             return False
-        kept = self._info.cached(worker.model)
-        unit = kept["unit_price"] if kept is not None else None
-        return isinstance(unit, list) and unit[3] is not None
+        kept = self._info.cached(worker.model) if self._info is not None else None
+        if kept is None or kept["price"] is None:
+            return kept is None  # nothing kept: litellm is asked; kept as unpriced: it is not
+        unit = kept["unit_price"]
+        return not isinstance(unit, list) or unit[3] is not None
 
     def cost(self, worker: Worker, usage: Usage) -> tuple[Usage, str | None]:
         worker = _own_prices(worker)
