@@ -357,7 +357,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_bytes(rec, 200, b'{"id": "chatcmpl-x", "choices": [ {not json', None)
             return
         status = int(fault)
-        extra = {"Retry-After": str(reply["retry_after"])} if "retry_after" in reply else None
+        extra = {"Retry-After": str(reply["retry_after"])} if "retry_after" in reply else {}
+        if "location" in reply:  # a moved endpoint (3xx)
+            extra["Location"] = str(reply["location"])
         kinds = {429: "rate_limit_error", 401: "authentication_error", 400: "invalid_request_error"}
         err = {
             "message": reply.get("message", f"loopback fault {status}"),

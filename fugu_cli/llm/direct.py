@@ -41,6 +41,27 @@ class HTTPStatusFault(Exception):
         super().__init__(f"{message}" + (f" ({code})" if code else ""))
 
 
+def status_fault(status: int, text: str, response: Any, url: str) -> HTTPStatusFault:
+    """What a response with a redirect (3xx) or an error status (400 and up) stands for. A redirect is not
+    followed: a chat request's body must not be sent on to an address the pool does not name (and most
+    clients turn a redirected POST into a GET). It says where the endpoint moved, so that the user can set
+    the worker's api_base to it (`url`: the address asked, against which a relative one is read)."""
+    if status >= 400:
+        return HTTPStatusFault(status, text, response)
+    from urllib.parse import urljoin
+
+    headers = getattr(response, "headers", None) or {}
+    said_location = "".join(c for c in str(headers.get("location") or "") if c.isprintable())
+    location = urljoin(url, said_location)[:100] if said_location else ""
+    if not location:
+        said = "the endpoint answered with a redirect and no address; check the worker's api_base"
+    else:
+        base = location.split("?")[0].removesuffix("/").removesuffix("/chat/completions")
+        said = f"the endpoint moved to {location}; fugu does not follow redirects: set the worker's "
+        said += f'api_base to "{base}"' if base != location else "api_base to the address it moved to"
+    return HTTPStatusFault(status, said, response)
+
+
 class DirectClient:
     """Posts chat-completions requests to OpenAI-compatible endpoints. Thread-safe.
 
@@ -79,7 +100,7 @@ class DirectClient:
             return manager
 
     def _send(self, url: str, body: bytes, headers: Mapping[str, str], stream: bool = False) -> Any:
-        """POST `body` to `url`: the response, whole unless `stream`; an error status raises."""
+        """POST `body` to `url`: the response, whole unless `stream`; an error status or a redirect raises."""
         response = self._manager(url).request(
             "POST",
             url,
@@ -90,10 +111,10 @@ class DirectClient:
             redirect=False,
             preload_content=not stream,
         )
-        if response.status >= 400:
+        if response.status >= 300:
             text = (response.read() if stream else response.data).decode("utf-8", "replace")
             response.release_conn()
-            raise HTTPStatusFault(response.status, text, response)
+            raise status_fault(response.status, text, response, url)
         return response
 
     def complete(self, worker: Worker, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -318,7 +339,8 @@ class AsyncDirect:
             await self._http.close()
 
     async def open_stream(self, worker: Worker, request: Mapping[str, Any]) -> Any:
-        """Posts a streamed request; the response once its status line came (an error status raises)."""
+        """Posts a streamed request; the response once its status line came (an error status or a redirect
+        raises)."""
         post = _post(worker, request)
         if self._http is None:
             from fugu_cli.llm.loop_http import LoopHTTP
@@ -330,12 +352,12 @@ class AsyncDirect:
                 self._tls = _verifying_context()
             tls = self._tls
         response = await self._http.post(post["url"], post["body"], post["headers"], tls)
-        if response.status >= 400:
+        if response.status >= 300:
             try:
                 text = await response.text()
             finally:
                 response.release()
-            raise HTTPStatusFault(response.status, text, response)
+            raise status_fault(response.status, text, response, post["url"])
         return response
 
     async def read_chunks(self, response: Any) -> list[dict[str, Any]]:

@@ -84,6 +84,8 @@ def classify(exc: BaseException, timeout_s: float) -> Fault:
         return Fault(f"timed out after {timeout_s:g} s", retryable=True)
     if name == "UnsupportedParamsError":
         return Fault(first_line(exc), retryable=False, rejected=True)
+    if isinstance(status, int) and 300 <= status < 400:  # a moved endpoint: another try moves nothing
+        return Fault(f"{_status_text(status)}{first_line(exc)}", retryable=False)
     if name.startswith("BadRequest") or status in (400, 413, 422):
         return Fault(f"{_status_text(status)}{first_line(exc)}", retryable=False, rejected=True)
     if name in ("AuthenticationError", "PermissionDeniedError", "NotFoundError"):

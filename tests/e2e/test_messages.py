@@ -42,6 +42,29 @@ def test_every_worker_failing_is_said_once_with_each_providers_reason_first(
     assert "Exception" not in run.stderr and "litellm." not in run.stderr
 
 
+def test_a_moved_endpoint_is_tried_once_and_says_the_api_base_to_set(
+    tmp_path: Path, loopback: LoopbackServer
+) -> None:
+    """A worker whose endpoint redirects (an http:// api_base where the provider serves https://) fails
+    at once, not after every retry, with the address to set; the turn goes on with the next worker."""
+    repo = make_repo(tmp_path / "repo")
+    moved = "https://api.example.com/v1/chat/completions"
+    loopback.script("one", [{"fault": 301, "location": moved}])
+    loopback.script("two", [{"content": "done"}])
+    pool = write_pool(
+        tmp_path / "pool.toml",
+        [
+            {"name": "one", "model": "openai/one", "api_base": loopback.base_url, "priority": 2},
+            {"name": "two", "model": "openai/two", "api_base": loopback.base_url, "priority": 1},
+        ],
+    )
+    run = fugu("-p", "x", "--pool", str(pool), "--router", "prior", cwd=repo)
+    assert run.code == 0, run.stderr
+    assert [r.model for r in loopback.requests if r.path.endswith("/chat/completions")] == ["one", "two"]
+    said = f"worker one (openai/one): HTTP 301: the endpoint moved to {moved}; fugu does not follow redirects"
+    assert f'{said}: set the worker\'s api_base to "https://api.example.com/v1"' in run.stderr
+
+
 def test_a_config_typo_gets_a_did_you_mean(tmp_path: Path) -> None:
     (Path(os.environ["FUGU_HOME"]) / "config.toml").write_text("[llm]\ntimout_s = 5\n")
     run = fugu("-p", "hi", cwd=tmp_path)

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from fugu_cli.llm.direct import AsyncDirect, HTTPStatusFault
+from fugu_cli.llm.direct import AsyncDirect, DirectClient, HTTPStatusFault
+from fugu_cli.llm.faults import classify
 from fugu_cli.llm.loop_http import LoopHTTP, _split
 from fugu_cli.types import Worker
 from tests.loopback import RawServer
@@ -161,6 +162,42 @@ def test_faults_are_the_exceptions_classify_knows(
         _chunks(server)
     if isinstance(raised.value, HTTPStatusFault):
         assert raised.value.status_code == 429 and raised.value.response.headers["retry-after"] == "7"
+
+
+@pytest.mark.parametrize("client", ["loop", "threads"])
+@pytest.mark.parametrize(
+    ("location", "says"),
+    [
+        (
+            "https://api.example.com/v1/chat/completions",
+            'set the worker\'s api_base to "https://api.example.com/v1"',
+        ),
+        ("/v2/chat/completions?x=1", 'set the worker\'s api_base to "http://127.0.0.1:{port}/v2"'),
+        ("https://example.com/login", "set the worker's api_base to the address it moved to"),
+        (None, "answered with a redirect and no address; check the worker's api_base"),
+    ],
+    ids=["absolute", "relative", "elsewhere", "no-address"],
+)
+def test_a_redirect_is_not_followed_and_says_what_to_set(
+    raw: Callable[..., RawServer], client: str, location: str | None, says: str
+) -> None:
+    """A moved endpoint (an http:// api_base where the provider wants https://, a path moved) is not
+    followed, so the request's body goes nowhere the pool does not name; its fault says the api_base to
+    set and is not worth another attempt. Both clients: serve's event loop and the agent's threads."""
+    head = ["content-type: text/html"] + ([f"location: {location}"] if location else [])
+    server = raw(lambda _: _reply(b"<html>Moved</html>", *head, status="301 Moved Permanently"))
+    worker = Worker("w", "openai/w", api_base=server.base_url)
+    request = {"messages": [{"role": "user", "content": "hi"}], "stream": True, "api_base": server.base_url}
+    with pytest.raises(HTTPStatusFault) as raised:
+        if client == "loop":
+            _chunks(server)
+        else:
+            DirectClient(5).stream(worker, request)
+    assert raised.value.status_code == 301
+    assert says.format(port=server.port) in str(raised.value)
+    fault = classify(raised.value, 5)
+    assert not fault.retryable and fault.cause.startswith("HTTP 301: ")
+    assert len(server.requests) == 1
 
 
 @pytest.mark.parametrize("reader_late", [False, True], ids=["reader-waiting", "reader-late"])
