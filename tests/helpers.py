@@ -54,6 +54,12 @@ def write_pool(path: Path, workers: list[dict[str, Any]]) -> Path:
     return path
 
 
+def table_priced_workers(api_base: str) -> list[dict[str, Any]]:
+    """A newcomer's pool (benchmarks): two models litellm's table prices (gpt-5, gpt-5-mini) at `api_base`,
+    with no prices or windows of their own."""
+    return [{"name": n, "model": f"openai/{n}", "api_base": api_base} for n in ("gpt-5", "gpt-5-mini")]
+
+
 @dataclass
 class Run:
     code: int

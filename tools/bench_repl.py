@@ -35,7 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pexpect  # noqa: E402
 
-from tests.helpers import make_repo, write_pool  # noqa: E402
+from tests.helpers import make_repo, table_priced_workers, write_pool  # noqa: E402
 from tests.loopback import LoopbackServer  # noqa: E402
 
 PROMPT = re.compile(r"fugu (\[\w+\] )?›")
@@ -166,9 +166,7 @@ def setting(work: Path, server: LoopbackServer, table_prices: bool = False) -> t
         for n in WORKERS
     ]
     if table_prices:
-        rows = [
-            {"name": n, "model": f"openai/{n}", "api_base": server.base_url} for n in ("gpt-5", "gpt-5-mini")
-        ]
+        rows = table_priced_workers(server.base_url)
     write_pool(repo / "pool.toml", rows)
     (repo / ".git" / "info" / "exclude").write_text("pool.toml\n")
     env = dict(

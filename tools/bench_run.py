@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from tests.helpers import make_repo, write_pool  # noqa: E402
+from tests.helpers import make_repo, table_priced_workers, write_pool  # noqa: E402
 from tests.loopback import LoopbackServer, RecordedRequest  # noqa: E402
 
 TASK = "read src/big.py slice by slice and summarise it"
@@ -189,8 +189,7 @@ def setting(work: Path, server: LoopbackServer) -> tuple[Path, Path, dict[str, s
 
 def table_pool(work: Path, server: LoopbackServer) -> Path:
     """Two workers litellm's table prices (gpt-5, gpt-5-mini), with no prices or windows of their own."""
-    rows = [{"name": n, "model": f"openai/{n}", "api_base": server.base_url} for n in ("gpt-5", "gpt-5-mini")]
-    return write_pool(work / "pool-table.toml", rows)
+    return write_pool(work / "pool-table.toml", table_priced_workers(server.base_url))
 
 
 def startup(work: Path, runs: int, prior_only: bool = False) -> None:
