@@ -95,6 +95,16 @@ POOL_HINT = (
 )
 
 
+def unusable_hint(source: str) -> str:
+    """What to do when none of the workers from `source` (`discover_pool`'s) can be used: for workers the
+    user described (a pool file, [[workers]] in a config), mend those; else the ways to get any."""
+    if source.startswith("pool file "):
+        return "start the servers its workers name, set the keys they need, or mend the file (`fugu pool`)"
+    if source == "config":
+        return "start the servers the [[workers]] name, set the keys they need, or mend them (`fugu pool`)"
+    return POOL_HINT
+
+
 def worker_from_config(w: WorkerConfig) -> Worker:
     return Worker(**{name: getattr(w, name) for name in WorkerConfig.model_fields})
 
@@ -198,7 +208,7 @@ def usable_pool(config: Config, cwd: Path, saved: Sequence[Worker] = ()) -> list
     usable = [a.worker for a in checked if a.ok]
     if not usable:
         why = "; ".join(f"{a.worker.name}: {a.reason}" for a in checked)
-        raise NoWorkerError(f"no usable worker in {source} ({why}): {POOL_HINT}")
+        raise NoWorkerError(f"no usable worker in {source} ({why}): {unusable_hint(source)}")
     return usable
 
 

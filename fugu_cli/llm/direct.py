@@ -15,6 +15,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, Literal
 
+from fugu_cli.llm.parse import WrongEndpoint
 from fugu_cli.types import Worker
 
 OPENAI_BASE = "https://api.openai.com/v1"
@@ -47,11 +48,15 @@ def status_fault(status: int, text: str, response: Any, url: str) -> HTTPStatusF
     clients turn a redirected POST into a GET). It says where the endpoint moved, so that the user can set
     the worker's api_base to it (`url`: the address asked, against which a relative one is read)."""
     if status >= 400:
-        return HTTPStatusFault(status, text, response)
+        fault = HTTPStatusFault(status, text, response)
+        if status == 404 and fault.body is None:  # not a provider's JSON error: no endpoint at this address
+            said = f"{_printable(text.strip())[:120] or 'not found'}; nothing answers at {url}: check the "
+            return HTTPStatusFault(status, f"{said}worker's api_base", response)
+        return fault
     from urllib.parse import urljoin
 
     headers = getattr(response, "headers", None) or {}
-    said_location = "".join(c for c in str(headers.get("location") or "") if c.isprintable())
+    said_location = _printable(str(headers.get("location") or ""))
     location = urljoin(url, said_location)[:100] if said_location else ""
     if not location:
         said = "the endpoint answered with a redirect and no address; check the worker's api_base"
@@ -60,6 +65,30 @@ def status_fault(status: int, text: str, response: Any, url: str) -> HTTPStatusF
         said = f"the endpoint moved to {location}; fugu does not follow redirects: set the worker's "
         said += f'api_base to "{base}"' if base != location else "api_base to the address it moved to"
     return HTTPStatusFault(status, said, response)
+
+
+def _printable(text: str) -> str:
+    """A server's words as fugu may print them: no terminal control characters, one line."""
+    return "".join(c if c.isprintable() else " " for c in text)
+
+
+_HEAD = 300  # how much of a body that is no stream is kept, to quote its start
+
+
+def _is_event_stream(response: Any) -> bool:
+    return "text/event-stream" in str(response.headers.get("content-type") or "").lower()
+
+
+def _not_a_stream(response: Any, head: bytes) -> WrongEndpoint:
+    """The fault of a body that ended without one event (`head`: its first bytes): a web page, a bare
+    text. A stream that says nothing at all is the parser's (`MalformedReply`, retried)."""
+    kind = str(response.headers.get("content-type") or "").split(";")[0].strip() or "untyped"
+    text = " ".join(_printable(head.decode("utf-8", "replace")).split())[:100]
+    said = repr(text) if text else "an empty body"
+    return WrongEndpoint(
+        f"a {_printable(kind)} reply, not a chat completion ({said}): check that its "
+        "api_base is an OpenAI-compatible endpoint (it ends in /v1 for most servers)"
+    )
 
 
 class DirectClient:
@@ -231,6 +260,7 @@ def _event(line: str, response: Any) -> dict[str, Any] | None:
 
 def _chunks(response: Any) -> Iterator[dict[str, Any]]:
     ended = False
+    seen, head = False, ""
     try:
         with _faults():
             lines = _lines(response)
@@ -240,7 +270,12 @@ def _chunks(response: Any) -> Iterator[dict[str, Any]]:
                     ended = _drain(response, lines)
                     return
                 if data is not None:
+                    seen = True
                     yield data
+                elif not seen and len(head) < _HEAD:
+                    head += line + "\n"
+        if not seen and not _is_event_stream(response):
+            raise _not_a_stream(response, head.encode())
     finally:
         if ended:
             response.release_conn()  # read to its end: the connection serves the next call
@@ -279,10 +314,17 @@ def _whole_as_chunk(response: Any) -> Iterator[dict[str, Any]]:
 
 
 def _as_chunk(raw: bytes) -> dict[str, Any]:
-    """A whole chat.completion's body as the one chunk that says the same."""
+    """A whole chat.completion's body as the one chunk that says the same. An error object (some servers
+    send one with 200) raises as an error status would; JSON that is neither is not a chat endpoint's."""
     data = json.loads(raw)
-    if not isinstance(data, dict):
-        raise ValueError(f"not a chat completion: {str(data)[:200]}")
+    if isinstance(data, dict) and "error" in data and "choices" not in data:
+        raise HTTPStatusFault(500, raw.decode("utf-8", "replace"), None)
+    if not isinstance(data, dict) or "choices" not in data:
+        text = " ".join(_printable(raw.decode("utf-8", "replace")).split())[:100]
+        raise WrongEndpoint(
+            f"a JSON reply that is not a chat completion ({text!r}): check that its api_base is "
+            "an OpenAI-compatible endpoint (it ends in /v1 for most servers)"
+        )
     choices = [
         {"index": c.get("index", i), "delta": c.get("message") or {}, "finish_reason": c.get("finish_reason")}
         for i, c in enumerate(data.get("choices") or [])
@@ -396,8 +438,12 @@ class _Events:
         self.after = 0
         self.cut = False
         self.error: Exception | None = None
+        self.seen = False  # an event came
+        self.head = b""  # the body's first bytes while no event has come
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
+        if not self.seen and len(self.head) < _HEAD:
+            self.head += data[:_HEAD]
         self.pending += data
         if b"\n" not in self.pending:
             return []
@@ -406,7 +452,10 @@ class _Events:
 
     def end(self) -> list[dict[str, Any]]:
         rest, self.pending = self.pending, b""
-        return self._lines([rest]) if rest and not self.cut else []
+        out = self._lines([rest]) if rest and not self.cut else []
+        if not self.seen and self.error is None and not _is_event_stream(self.response):
+            self.error = _not_a_stream(self.response, self.head)
+        return out
 
     def check(self) -> None:
         if self.error is not None:
@@ -431,5 +480,6 @@ class _Events:
             if data is _DONE:
                 self.after = 1
             elif data is not None:
+                self.seen = True
                 out.append(data)
         return out

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fugu_cli.errors import ContextOverflow, ProviderError, RequestRejected
-from fugu_cli.llm.parse import MalformedReply
+from fugu_cli.llm.parse import MalformedReply, WrongEndpoint
 from fugu_cli.types import Worker
 
 # How providers (and the servers behind OpenAI-compatible endpoints) say a prompt is too long, for the ones
@@ -72,6 +72,8 @@ def classify(exc: BaseException, timeout_s: float) -> Fault:
     """Maps litellm's (and the OpenAI SDK's) exceptions onto retry categories."""
     if isinstance(exc, MalformedReply):
         return Fault(f"malformed reply: {exc}", retryable=True)
+    if isinstance(exc, WrongEndpoint):
+        return Fault(first_line(exc), retryable=False)
     name = type(exc).__name__
     status = _status(exc)
     if name == "ContextWindowExceededError" or (

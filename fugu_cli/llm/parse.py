@@ -17,6 +17,11 @@ class MalformedReply(Exception):
     """A reply we cannot use (no choices, wrong shape); the client retries it."""
 
 
+class WrongEndpoint(Exception):
+    """A reply that no chat endpoint sends (a web page, JSON that is no completion): the worker's api_base
+    leads somewhere else, and another attempt would get the same, so it is not retried."""
+
+
 def _get(obj: Any, key: str) -> Any:
     if obj is None:
         return None

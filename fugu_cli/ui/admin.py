@@ -24,7 +24,7 @@ def pool_command(pool: str | None, json_out: bool, reset_health: bool = False) -
     from fugu_cli.app import worker_health
     from fugu_cli.config import load_config
     from fugu_cli.options import RunOptions
-    from fugu_cli.pool import POOL_HINT, check_pool, discover_pool
+    from fugu_cli.pool import POOL_HINT, check_pool, discover_pool, unusable_hint
 
     try:
         config = load_config(Path.cwd(), RunOptions(pool=pool).overrides())
@@ -80,7 +80,7 @@ def pool_command(pool: str | None, json_out: bool, reset_health: bool = False) -
             cells = [cell.ljust(width) for cell, width in zip(row[:5], widths, strict=True)]
             print("  " + "  ".join([*cells, row[5]]).rstrip())
     if not any(a.ok for a in checked):
-        err(f"no usable worker: {POOL_HINT}")
+        err(f"no usable worker: {unusable_hint(source)}")
         return 2
     return 0
 

@@ -71,9 +71,9 @@ def main(pool: str | None) -> int:
         print(f"  {'ok' if a.ok else '--'} {a.worker.name}  {a.worker.model}  {a.reason}")
     usable = [a.worker for a in checked if a.ok]
     if not usable:
-        from fugu_cli.pool import POOL_HINT
+        from fugu_cli.pool import unusable_hint
 
-        print(f"  ! no usable worker: {POOL_HINT}")
+        print(f"  ! no usable worker: {unusable_hint(source)}")
         ok = False
     if usable:
         print("\nrouter")

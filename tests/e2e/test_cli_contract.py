@@ -269,6 +269,11 @@ def test_pool_lists_usability_and_prices(tmp_path: Path, loopback: LoopbackServe
     )
     run = fugu("pool", "--pool", str(only_bad), cwd=tmp_path)
     assert run.code == 2 and "no usable worker" in run.stderr
+    # the user described the workers: what to do is mend those, not set a provider's key
+    hint = "start the servers its workers name, set the keys they need, or mend the file (`fugu pool`)"
+    assert hint in run.stderr and "ANTHROPIC_API_KEY" not in run.stderr
+    run = fugu("-p", "hi", "--pool", str(only_bad), cwd=tmp_path)
+    assert run.code == 2 and run.stderr.strip().endswith(f"no answer from http://127.0.0.1:9/v1): {hint}")
 
 
 def test_a_local_ollama_server_makes_the_pool_when_no_key_is_set(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from tests.helpers import fugu, make_repo, write_pool
-from tests.loopback import LoopbackServer
+from tests.loopback import LoopbackServer, RawServer
 
 
 def test_no_usable_worker_names_every_way_to_get_one(tmp_path: Path) -> None:
@@ -63,6 +63,41 @@ def test_a_moved_endpoint_is_tried_once_and_says_the_api_base_to_set(
     assert [r.model for r in loopback.requests if r.path.endswith("/chat/completions")] == ["one", "two"]
     said = f"worker one (openai/one): HTTP 301: the endpoint moved to {moved}; fugu does not follow redirects"
     assert f'{said}: set the worker\'s api_base to "https://api.example.com/v1"' in run.stderr
+
+
+def test_a_web_page_for_a_reply_is_tried_once_and_says_to_check_the_api_base(
+    tmp_path: Path, loopback: LoopbackServer
+) -> None:
+    """An api_base that leads to a web page (a captive portal, a server's home page): one attempt, the page
+    quoted, and the turn goes on with the next worker."""
+    repo = make_repo(tmp_path / "repo")
+    page = b"<html><body>Log in to the Wi-Fi</body></html>"
+    portal = RawServer(
+        lambda _: (
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: %d\r\n\r\n%s" % (len(page), page)
+        )
+    )
+    loopback.script("two", [{"content": "done"}])
+    pool = write_pool(
+        tmp_path / "pool.toml",
+        [
+            {"name": "one", "model": "openai/one", "api_base": portal.base_url, "priority": 2},
+            {"name": "two", "model": "openai/two", "api_base": loopback.base_url, "priority": 1},
+        ],
+    )
+    try:
+        run = fugu("-p", "x", "--pool", str(pool), "--router", "prior", cwd=repo)
+    finally:
+        portal.close()
+    assert run.code == 0, run.stderr
+    assert [r for r in portal.requests if r.startswith(b"POST")] == portal.requests[
+        -1:
+    ]  # once (after a probe)
+    assert [r.model for r in loopback.requests if r.method == "POST"] == ["two"]
+    said = (
+        "worker one (openai/one): a text/html reply, not a chat completion ('<html><body>Log in to the Wi-Fi"
+    )
+    assert said in run.stderr and "check that its api_base is an OpenAI-compatible endpoint" in run.stderr
 
 
 def test_a_config_typo_gets_a_did_you_mean(tmp_path: Path) -> None:

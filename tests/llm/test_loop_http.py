@@ -18,6 +18,7 @@ import pytest
 from fugu_cli.llm.direct import AsyncDirect, DirectClient, HTTPStatusFault
 from fugu_cli.llm.faults import classify
 from fugu_cli.llm.loop_http import LoopHTTP, _split
+from fugu_cli.llm.parse import WrongEndpoint
 from fugu_cli.types import Worker
 from tests.loopback import RawServer
 
@@ -164,6 +165,19 @@ def test_faults_are_the_exceptions_classify_knows(
         assert raised.value.status_code == 429 and raised.value.response.headers["retry-after"] == "7"
 
 
+TEXT, JSON = "content-type: text/plain", "content-type: application/json"
+
+
+def _ask(server: RawServer, client: str) -> list[dict[str, Any]]:
+    """One streamed request's chunks, through serve's event-loop client or the agent's threads' client."""
+    if client == "loop":
+        [chunks] = _chunks(server)
+        return chunks
+    worker = Worker("w", "openai/w", api_base=server.base_url)
+    request = {"messages": [{"role": "user", "content": "hi"}], "stream": True, "api_base": server.base_url}
+    return list(DirectClient(5).stream(worker, request))
+
+
 @pytest.mark.parametrize("client", ["loop", "threads"])
 @pytest.mark.parametrize(
     ("location", "says"),
@@ -186,18 +200,66 @@ def test_a_redirect_is_not_followed_and_says_what_to_set(
     set and is not worth another attempt. Both clients: serve's event loop and the agent's threads."""
     head = ["content-type: text/html"] + ([f"location: {location}"] if location else [])
     server = raw(lambda _: _reply(b"<html>Moved</html>", *head, status="301 Moved Permanently"))
-    worker = Worker("w", "openai/w", api_base=server.base_url)
-    request = {"messages": [{"role": "user", "content": "hi"}], "stream": True, "api_base": server.base_url}
     with pytest.raises(HTTPStatusFault) as raised:
-        if client == "loop":
-            _chunks(server)
-        else:
-            DirectClient(5).stream(worker, request)
+        _ask(server, client)
     assert raised.value.status_code == 301
     assert says.format(port=server.port) in str(raised.value)
     fault = classify(raised.value, 5)
     assert not fault.retryable and fault.cause.startswith("HTTP 301: ")
     assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("client", ["loop", "threads"])
+@pytest.mark.parametrize(
+    ("reply", "says"),
+    [
+        (
+            _reply(b"<html><body>\n  Log in to the Wi-Fi\n</body></html>", "content-type: text/html"),
+            "a text/html reply, not a chat completion ('<html><body> Log in to the Wi-Fi </body></html>')",
+        ),
+        (_reply(b"", TEXT), "a text/plain reply, not a chat completion (an empty body)"),
+        (_reply(b"{}", JSON), "a JSON reply that is not a chat completion ('{}')"),
+        (_reply(b"[1, 2]", JSON), "a JSON reply that is not a chat completion"),
+    ],
+    ids=["web-page", "empty-text", "empty-json", "json-list"],
+)
+def test_a_reply_no_chat_endpoint_sends_says_to_check_the_api_base(
+    raw: Callable[..., RawServer], client: str, reply: bytes, says: str
+) -> None:
+    """An api_base that leads to a web page (a captive portal, a server's home page) or to JSON that is
+    no completion: one attempt, and a fault that quotes what came and says what to check, where it was
+    "stream ended without any chunk" after four attempts."""
+    server = raw(lambda _: reply)
+    with pytest.raises(WrongEndpoint) as raised:
+        _ask(server, client)
+    assert says in str(raised.value)
+    assert "check that its api_base is an OpenAI-compatible endpoint" in str(raised.value)
+    assert not classify(raised.value, 5).retryable
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("client", ["loop", "threads"])
+def test_other_unusual_replies_keep_their_own_faults(raw: Callable[..., RawServer], client: str) -> None:
+    """An error object sent with 200 is the provider's error, retried as a 500 would be; a 404 that is no
+    provider's JSON error says the address nothing answers at, while a provider's 404 (an unknown model)
+    is passed on as it is; an event stream that sends no event is left to the parser (retried)."""
+    error = json.dumps({"error": {"message": "overloaded, try later"}}).encode()
+    server = raw(lambda _: _reply(error, "content-type: application/json"))
+    with pytest.raises(HTTPStatusFault, match="overloaded, try later") as status:
+        _ask(server, client)
+    assert status.value.status_code == 500 and classify(status.value, 5).retryable
+    server = raw(lambda _: _reply(b"404 page not found", status="404 Not Found"))
+    with pytest.raises(HTTPStatusFault) as status:
+        _ask(server, client)
+    url = f"{server.base_url}/chat/completions"
+    assert str(status.value) == f"404 page not found; nothing answers at {url}: check the worker's api_base"
+    unknown = json.dumps({"error": {"message": "The model `w` does not exist", "code": "model_not_found"}})
+    server = raw(lambda _: _reply(unknown.encode(), status="404 Not Found"))
+    with pytest.raises(HTTPStatusFault) as status:
+        _ask(server, client)
+    assert str(status.value) == "The model `w` does not exist (model_not_found)"
+    server = raw(lambda _: _reply(b": keep-alive\n\n", "content-type: text/event-stream"))
+    assert _ask(server, client) == []
 
 
 @pytest.mark.parametrize("reader_late", [False, True], ids=["reader-waiting", "reader-late"])
