@@ -305,6 +305,7 @@ class _Run:
                     recover=step.recover,
                     routed=step.routed,
                     failing=step.failing,
+                    retrying=step.retrying,
                 )
             )
         except AllFailed as e:
@@ -543,6 +544,11 @@ class _Step:
         run, step = self.run, self.state.step
         run._emit(RouteChosen(session_id=run.sid, step=step, decision=decision))
         run._emit(StepStarted(session_id=run.sid, step=step, worker=decision.worker))
+
+    def retrying(self, attempt: Try, error: ProviderError, delay_s: float, attempts: int) -> None:
+        wait = f"{delay_s:.0f} s" if delay_s >= 1.5 else f"{delay_s:.1f} s"
+        text = f"{error}; trying again in {wait} (attempt {attempt.number + 1} of {attempts})"
+        self.run._emit(Notice(session_id=self.run.sid, level="hint", text=text))
 
     def failing(self, attempt: Try, error: ProviderError, spent_ms: float) -> None:
         run = self.run

@@ -100,6 +100,8 @@ class Call(Generic[T]):
     recover: Callable[[Try, ProviderError], bool] | None = None
     routed: Callable[[RouteDecision], None] | None = None  # a worker was chosen (the route line)
     failing: Callable[[Try, ProviderError, float], None] | None = None  # a worker failed; ms spent on it
+    # an attempt failed and the next is `seconds` away (the user sees why nothing is happening)
+    retrying: Callable[[Try, ProviderError, float, int], None] | None = None  # + the attempts in all
 
 
 class AllFailed(ProviderError):
@@ -242,7 +244,10 @@ class WorkerCall:
                 self._row(call, attempt, status, str(e), started)
                 if not e.retryable or number == attempts:
                     raise
-                yield Backoff(self.retry.delay(number - 1, e))
+                delay = self.retry.delay(number - 1, e)
+                if call.retrying is not None:
+                    call.retrying(attempt, e, delay, attempts)
+                yield Backoff(delay)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _row(self, call: Call[T], attempt: Try, status: str, text: str, started: float) -> None:

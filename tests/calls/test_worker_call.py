@@ -6,6 +6,7 @@ real."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -142,8 +143,12 @@ def test_retry_after_is_honoured_between_attempts_and_floors_the_cool_down(loopb
     calls = WorkerCall(health, RetryPolicy(max_retries=1, backoff_base_s=0.0))
     [worker] = pool(loopback)[:1]
     loopback.script("dead", [{"fault": 429, "retry_after": 0.3}, {"fault": 429, "retry_after": 120}])
+    told: list[tuple[int, str, float, int]] = []
+    retrying = lambda t, e, delay, n: told.append((t.number, str(e), delay, n))  # noqa: E731
     with pytest.raises(AllFailed):
-        calls.run(call([worker]))
+        calls.run(dataclasses.replace(call([worker]), retrying=retrying))
+    # the caller is told of the wait before it (the REPL and -p print it): once, not after the last attempt
+    assert told == [(1, "worker dead (openai/dead): rate limited (429)", 0.3, 2)]
     first, second = loopback.requests_for("dead")
     assert second.arrived - (first.finished or 0) >= 0.25  # the first Retry-After, waited out
     condition = health.condition(worker)

@@ -100,6 +100,20 @@ def test_a_web_page_for_a_reply_is_tried_once_and_says_to_check_the_api_base(
     assert said in run.stderr and "check that its api_base is an OpenAI-compatible endpoint" in run.stderr
 
 
+def test_a_wait_before_another_attempt_is_said_before_it(tmp_path: Path, loopback: LoopbackServer) -> None:
+    """A rate-limited worker asks for a wait: the user reads why nothing happens, and for how long, before
+    the wait (it was silent for as long as 30 s)."""
+    repo = make_repo(tmp_path / "repo")
+    loopback.script("one", [{"fault": 429, "retry_after": 0.2}, {"content": "done"}])
+    one = {"name": "one", "model": "openai/one", "api_base": loopback.base_url}
+    pool = write_pool(tmp_path / "pool.toml", [one])
+    run = fugu("-p", "x", "--pool", str(pool), cwd=repo)
+    assert run.code == 0, run.stderr
+    said = "· worker one (openai/one): rate limited (429); trying again in 0.2 s (attempt 2 of 4)"
+    lines = run.stderr.splitlines()
+    assert said in lines and lines.index(said) < next(i for i, x in enumerate(lines) if x.startswith("↳ one"))
+
+
 def test_a_config_typo_gets_a_did_you_mean(tmp_path: Path) -> None:
     (Path(os.environ["FUGU_HOME"]) / "config.toml").write_text("[llm]\ntimout_s = 5\n")
     run = fugu("-p", "hi", cwd=tmp_path)
