@@ -49,8 +49,11 @@ def attempt_error(worker: Worker, exc: BaseException, timeout_s: float) -> Provi
     if isinstance(exc, ProviderError):
         return exc
     fault = classify(exc, timeout_s)
-    text = describe(worker, fault.cause)
     status = _status(exc)
+    cause = fault.cause
+    if worker.api_key_env and (status == 401 or type(exc).__name__ == "AuthenticationError"):
+        cause += f"; check the key in {worker.api_key_env}"  # which of the user's keys was refused
+    text = describe(worker, cause)
     code = error_code(exc)
     if fault.context:
         return ContextOverflow(

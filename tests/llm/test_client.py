@@ -199,12 +199,16 @@ def test_malformed_json_is_retried(path: str, loopback: LoopbackServer) -> None:
     assert len(loopback.requests) == 2
 
 
-def test_unauthorized_is_not_retried(path: str, loopback: LoopbackServer) -> None:
+def test_unauthorized_is_not_retried_and_names_the_key(
+    path: str, loopback: LoopbackServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FUGU_TEST_KEY", "sk-test-1234")
     loopback.script("test-model", [{"fault": 401}, "never reached"])
     with pytest.raises(ProviderError) as err:
-        complete(LiteLLMClient(on(path)), openai_worker(loopback))
+        complete(LiteLLMClient(on(path)), openai_worker(loopback, api_key_env="FUGU_TEST_KEY"))
     assert not err.value.retryable
     assert len(loopback.requests) == 1 and "401" in str(err.value)
+    assert str(err.value).endswith("; check the key in FUGU_TEST_KEY")  # which of the user's keys
 
 
 def test_connection_refused_is_retried_then_fails(path: str) -> None:
