@@ -312,7 +312,13 @@ class _Run:
             self.failed.update(f.worker for f in e.failures)
             if step.blind and not e.failures and not e.cooling and len(step.blind) == len(self.d.workers):
                 raise _AllFailed(seeing.nobody_sees(list(self.d.workers.values()))) from None
-            raise _AllFailed(_nobody_left(e, {**step.masked, **step.blind})) from None
+            said = _nobody_left(e, {**step.masked, **step.blind})
+            if step.masked and not e.failures and state.step == 1:  # a first step, older turns compacted
+                said += (
+                    "; the task itself is too long for any worker: save its text in a file in the repository "
+                    "and name the file in the task (the workers read files in pieces)"
+                )
+            raise _AllFailed(said) from None
         self.failed.update(answer.failed)
         completion = answer.value
         for warning in completion.warnings:

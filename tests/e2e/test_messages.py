@@ -114,6 +114,23 @@ def test_a_wait_before_another_attempt_is_said_before_it(tmp_path: Path, loopbac
     assert said in lines and lines.index(said) < next(i for i, x in enumerate(lines) if x.startswith("↳ one"))
 
 
+def test_a_task_no_window_holds_is_refused_before_any_request_and_says_what_to_do(
+    tmp_path: Path, loopback: LoopbackServer
+) -> None:
+    """A log piped in that no worker's window holds: nothing is sent (no spend), exit 1, and the error
+    says the sizes and how to ask about such a text."""
+    repo = make_repo(tmp_path / "repo")
+    one = {"name": "one", "model": "openai/one", "api_base": loopback.base_url, "context_limit": 8000}
+    pool = write_pool(tmp_path / "pool.toml", [one])
+    log = "".join(f"10:00:{i % 60:02d} INFO worker {i} did a thing\n" for i in range(4000))
+    run = fugu("-p", "summarize this log", "--pool", str(pool), cwd=repo, stdin=log)
+    assert run.code == 1
+    assert not [r for r in loopback.requests if r.method == "POST"]
+    said = "no worker can take this step (no window can hold the transcript, even compacted): one holds 8,000"
+    assert said in run.stderr
+    assert "the task itself is too long for any worker: save its text in a file in the" in run.stderr
+
+
 def test_a_config_typo_gets_a_did_you_mean(tmp_path: Path) -> None:
     (Path(os.environ["FUGU_HOME"]) / "config.toml").write_text("[llm]\ntimout_s = 5\n")
     run = fugu("-p", "hi", cwd=tmp_path)
