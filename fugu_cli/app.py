@@ -162,7 +162,8 @@ def router_choice(config: Config, pool: Sequence[Worker]) -> tuple[RouterSource,
     path = Path(spec).expanduser()
     if not path.exists():
         raise ConfigError(
-            f"router checkpoint {spec} does not exist (give a directory made by fugu router train)"
+            f"router checkpoint {spec} does not exist: give 'prior', 'default' or a directory made by "
+            "fugu router train"
         )
     return RouterSource(path, config.cost_weight), f"router = {spec} is configured"
 
@@ -665,8 +666,8 @@ def _resumed_row(store: Store, opts: RunOptions) -> SessionRow:
     root = repo_root(opts.cwd)
     row = store.get_session(opts.resume) if opts.resume else store.latest_session(str(root))
     if row is None:
-        what = f"session {opts.resume}" if opts.resume else f"a previous session in {root}"
-        raise UsageError(f"cannot resume: no {what} (list them with: fugu sessions)")
+        what = f"no session {opts.resume}" if opts.resume else f"no earlier session in {root}"
+        raise UsageError(f"cannot resume: {what} (list them with: fugu sessions)")
     return row
 
 

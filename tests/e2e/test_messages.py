@@ -192,6 +192,12 @@ def test_resume_takes_a_unique_prefix(tmp_path: Path, loopback: LoopbackServer) 
     missing = fugu("-p", "b", "--resume", "nope", "--pool", str(pool), cwd=repo)
     assert missing.code == 2
     assert "cannot resume: no session nope (list them with: fugu sessions)" in missing.stderr
+    fresh = make_repo(tmp_path / "fresh")
+    nothing = fugu("-p", "b", "-c", "--pool", str(pool), cwd=fresh)
+    assert nothing.code == 2
+    assert f"cannot resume: no earlier session in {fresh} (list them with: fugu sessions)" in nothing.stderr
+    wrong = fugu("-p", "b", "--router", "nonsense", "--pool", str(pool), cwd=repo)
+    assert wrong.code == 2 and "give 'prior', 'default' or a directory made by fugu router" in wrong.stderr
 
 
 def test_bytes_that_are_not_utf8_in_the_task_are_shown_not_fatal(
