@@ -83,7 +83,11 @@ def dispatch(ctx: Context, line: str) -> bool:
     try:
         if command is not None:
             command.run(ctx, arg)
-        elif not _extension(ctx, name, arg):
+        elif _extension(ctx, name, arg):  # a custom command of the user's, even one named as an alias
+            pass
+        elif name in ALIASES:
+            COMMANDS[ALIASES[name]].run(ctx, arg)
+        else:
             from fugu_cli.ui import custom
 
             guess = nearest(name, [n for n, _ in custom.names(ctx.session.root, ctx.session)])
@@ -129,6 +133,7 @@ def _help(ctx: Context, arg: str) -> None:
     for name, help_text in custom.names(ctx.session.root, ctx.session):
         table.add_row(f"/{name}", help_text)
     ctx.console.print(table)
+    _say(ctx, "also: " + ", ".join(f"/{a} (/{c})" for a, c in ALIASES.items()), "dim")
     _say(
         ctx,
         "Enter sends · Alt-Enter, Ctrl-J or a trailing \\ add a line · @path attaches a file · "
@@ -463,6 +468,8 @@ def _exit(ctx: Context, arg: str) -> None:
     ctx.stop()
 
 
+# the names other coding CLIs give these commands, for hands used to them (a custom command comes first)
+ALIASES = {"model": "worker", "new": "clear", "quit": "exit"}
 COMMANDS: dict[str, Command] = {
     c.name: c
     for c in (

@@ -192,6 +192,23 @@ def test_session_commands_and_help(ctx: Ctx) -> None:
     assert all(f"/{name}" in help_text for name in commands.COMMANDS)
 
 
+def test_other_clis_names_for_commands_are_aliases_a_custom_command_can_take(ctx: Ctx) -> None:
+    """/model, /new and /quit (Claude Code's and Codex's names) do what /worker, /clear and /exit do,
+    and /help says so; a custom command of the user's with such a name is theirs."""
+    assert "every step goes to beta" in ctx.run("/model beta")
+    assert ctx.session.settings().worker == "beta"
+    ctx.run("/new")
+    assert ctx.switched == [None]
+    ctx.run("/quit")
+    assert ctx.stopped
+    assert "also: /model (/worker), /new (/clear), /quit (/exit)" in ctx.run("/help")
+    commands_dir = ctx.session.root / ".fugu" / "commands"
+    commands_dir.mkdir(parents=True)
+    (commands_dir / "model.md").write_text("Describe the data model of this repository.\n")
+    ctx.run("/model")
+    assert ctx.prompts and ctx.prompts[-1][0].startswith("Describe the data model")
+
+
 def test_ultra_on_renders_the_workflow_and_memory_shows_what_it_learned(tmp_path: Path) -> None:
     from fugu_cli.ui.render import Renderer
 
