@@ -322,30 +322,36 @@ def mentions(messages: Sequence[Message]) -> set[str]:
 def rank(tags: dict[str, FileTags], mentioned: set[str]) -> list[tuple[str, Definition]]:
     """(file, definition) pairs, most relevant first: a PageRank over "file A uses a name file B defines",
     personalised towards files the conversation names, then each definition by how much it is used."""
-    defined: dict[str, set[str]] = defaultdict(set)
-    for path, t in tags.items():
-        for d in t.definitions:
-            defined[d.name].add(path)
-    used: Counter[str] = Counter()
-    edges: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for path, t in tags.items():
-        for name, n in t.references.items():
-            owners = defined.get(name)
-            if not owners:
-                continue
-            used[name] += n
-            weight = _name_weight(name, mentioned) * math.sqrt(n) / len(owners)
-            for owner in owners:
-                if owner != path:
-                    edges[path][owner] += weight
-    scores = _pagerank(list(tags), edges, {p for p in tags if _mentioned_file(p, mentioned)})
+    scores, weights, used = file_scores(tags, mentioned)
     pairs = [
-        (scores[p] * _name_weight(d.name, mentioned) * math.log(2 + used[d.name]), p, d)
+        (scores[p] * weights[d.name] * math.log(2 + used[d.name]), p, d)
         for p, t in tags.items()
         for d in t.definitions
     ]
     pairs.sort(key=lambda x: (-x[0], x[1], x[2].line))
     return [(p, d) for _, p, d in pairs]
+
+
+def file_scores(
+    tags: dict[str, FileTags], mentioned: set[str]
+) -> tuple[dict[str, float], dict[str, float], Counter[str]]:
+    """Each file's PageRank; each defined name's weight (mentioned, private) and how often it is used."""
+    owners_of: dict[str, dict[str, None]] = defaultdict(dict)  # name -> the files defining it, in order
+    for path, t in tags.items():
+        for d in t.definitions:
+            owners_of[d.name][path] = None
+    weights = {name: _name_weight(name, mentioned) for name in owners_of}
+    used: Counter[str] = Counter()
+    graph = _Graph()
+    for path, t in tags.items():
+        for name, n in t.references.items():
+            owners = owners_of.get(name)
+            if not owners:
+                continue
+            used[name] += n
+            graph.refer(path, owners, name, weights[name] * math.sqrt(n) / len(owners))
+    scores = graph.pagerank(list(tags), {p for p in tags if _mentioned_file(p, mentioned)})
+    return scores, weights, used
 
 
 def _name_weight(name: str, mentioned: set[str]) -> float:
@@ -357,27 +363,59 @@ def _mentioned_file(path: str, mentioned: set[str]) -> bool:
     return path in mentioned or Path(path).name in mentioned or Path(path).stem in mentioned
 
 
-def _pagerank(
-    nodes: list[str], edges: dict[str, dict[str, float]], favoured: set[str], rounds: int = 25
-) -> dict[str, float]:
-    if not nodes:
-        return {}
-    base = {n: (10.0 if n in favoured else 1.0) for n in nodes}
-    total = sum(base.values())
-    personal = {n: v / total for n, v in base.items()}
-    rank_ = dict(personal)
-    out_weight = {n: sum(edges[n].values()) for n in nodes if n in edges}
-    for _ in range(rounds):
-        nxt = {n: 0.15 * personal[n] for n in nodes}
-        dangling = sum(rank_[n] for n in nodes if not out_weight.get(n))
-        for n in nodes:
-            nxt[n] += 0.85 * dangling * personal[n]
-        for src, targets in edges.items():
-            share = 0.85 * rank_[src] / out_weight[src]
-            for dst, w in targets.items():
-                nxt[dst] += share * w
-        rank_ = nxt
-    return rank_
+# a name defined in more files than this is not expanded into an edge to each of them: what flows to it is
+# summed once and shared among its owners (in a repository of thousands of files, `__init__` or `Get` are
+# defined in hundreds, and the edges one file to each owner were millions: 10 s of PageRank, now 1)
+_SPREAD = 4
+
+
+class _Graph:
+    """Who uses whom: an edge from a file to each file that defines a name it uses, weighted, with no edge
+    from a file to itself. Names defined in many files are kept as hubs (their users, and the weight each
+    sends to every owner), which gives the same PageRank with work in their users plus their owners, not
+    in their product."""
+
+    def __init__(self) -> None:
+        self.edges: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self.hubs: dict[str, tuple[Sequence[str], list[tuple[str, float]]]] = {}
+        self.out: dict[str, float] = defaultdict(float)  # each file's weight out, over all its edges
+
+    def refer(self, path: str, owners: dict[str, None], name: str, weight: float) -> None:
+        """`path` uses `name`, defined in `owners`: `weight` to each owner but itself."""
+        others = len(owners) - (path in owners)
+        if not others:
+            return
+        self.out[path] += weight * others
+        if len(owners) > _SPREAD:
+            self.hubs.setdefault(name, (list(owners), []))[1].append((path, weight))
+            return
+        for owner in owners:
+            if owner != path:
+                self.edges[path][owner] += weight
+
+    def pagerank(self, nodes: list[str], favoured: set[str], rounds: int = 25) -> dict[str, float]:
+        if not nodes:
+            return {}
+        base = {n: (10.0 if n in favoured else 1.0) for n in nodes}
+        total = sum(base.values())
+        personal = {n: v / total for n, v in base.items()}
+        rank_ = dict(personal)
+        out = self.out
+        dangling_nodes = [n for n in nodes if not out.get(n)]
+        for _ in range(rounds):
+            dangling = sum(rank_[n] for n in dangling_nodes)
+            nxt = {n: (0.15 + 0.85 * dangling) * personal[n] for n in nodes}
+            for src, targets in self.edges.items():
+                share = 0.85 * rank_[src] / out[src]
+                for dst, w in targets.items():
+                    nxt[dst] += share * w
+            for owners, users in self.hubs.values():
+                sent = {src: 0.85 * rank_[src] / out[src] * w for src, w in users}
+                flow = sum(sent.values())
+                for owner in owners:
+                    nxt[owner] += flow - sent.get(owner, 0.0)  # an owner that uses the name sends itself none
+            rank_ = nxt
+        return rank_
 
 
 def _lines(pairs: Sequence[tuple[str, Definition]]) -> list[str]:

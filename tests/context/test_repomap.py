@@ -4,10 +4,13 @@ mentions, the token budget, the mtime cache, and the map's way into a turn (or n
 from __future__ import annotations
 
 import json
+import math
+import random
+from collections import defaultdict
 from pathlib import Path
 
 from fugu_cli.app import build_session
-from fugu_cli.context.repomap import RepoMap
+from fugu_cli.context.repomap import Definition, FileTags, RepoMap, file_scores
 from fugu_cli.llm.scripted import ScriptedLLM
 from fugu_cli.llm.tokens import CharTokens
 from fugu_cli.options import RunOptions
@@ -154,3 +157,61 @@ def test_a_characters_estimate_is_bounded_too(tmp_path: Path) -> None:
     for budget in (40, 150, 600):
         text = RepoMap(root, tmp_path / "cache", CharTokens()).render([Message("user", "hi")], budget)
         assert len(text) // 4 <= budget
+
+
+def _edge_by_edge_scores(tags: dict[str, FileTags], mentioned: set[str]) -> dict[str, float]:
+    """The PageRank as it was computed before names defined in many files became hubs: an edge from a file
+    to each other file defining a name it uses (the reference the faster one must agree with)."""
+    defined: dict[str, set[str]] = defaultdict(set)
+    for path, t in tags.items():
+        for d in t.definitions:
+            defined[d.name].add(path)
+    edges: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for path, t in tags.items():
+        for name, count in t.references.items():
+            owners = defined.get(name)
+            if not owners:
+                continue
+            weight = (10.0 if name in mentioned else 1.0) * (0.1 if name.startswith("_") else 1.0)
+            for owner in owners:
+                if owner != path:
+                    edges[path][owner] += weight * math.sqrt(count) / len(owners)
+    nodes = list(tags)
+    named = {n for n in nodes if n in mentioned or Path(n).name in mentioned or Path(n).stem in mentioned}
+    base = {n: (10.0 if n in named else 1.0) for n in nodes}
+    personal = {n: v / sum(base.values()) for n, v in base.items()}
+    rank = dict(personal)
+    out = {n: sum(edges[n].values()) for n in nodes if n in edges}
+    for _ in range(25):
+        nxt = {n: 0.15 * personal[n] for n in nodes}
+        dangling = sum(rank[n] for n in nodes if not out.get(n))
+        for n in nodes:
+            nxt[n] += 0.85 * dangling * personal[n]
+        for src, targets in edges.items():
+            for dst, w in targets.items():
+                nxt[dst] += 0.85 * rank[src] / out[src] * w
+        rank = nxt
+    return rank
+
+
+def test_pagerank_through_hubs_is_the_edge_by_edge_one() -> None:
+    """Names defined in many files (`__init__`, `Get`) are summed once and shared among their owners rather
+    than expanded into an edge to each: the scores must be the edge-by-edge PageRank's, on random
+    repositories with such names, files that use what they define, files that use nothing, mentions."""
+    rng = random.Random(7)
+    for trial in range(20):
+        files = [f"pkg{rng.randrange(4)}/mod{i}.py" for i in range(rng.randrange(5, 60))]
+        names = [f"name{i}" for i in range(40)] + ["__init__", "_private", "Get"]
+        tags = {}
+        for path in files:
+            defs = tuple(Definition(rng.choice(names), k, "") for k in range(rng.randrange(0, 6)))
+            refs = {rng.choice(names): rng.randrange(1, 9) for _ in range(rng.randrange(0, 12))}
+            tags[path] = FileTags(path, defs, refs)
+        for path in rng.sample(files, len(files) // 2):  # many owners: more than the spread
+            tags[path] = FileTags(path, (*tags[path].definitions, Definition("__init__", 1, "")), {"Get": 2})
+        mentioned = {"name3", rng.choice(files), Path(rng.choice(files)).name} if trial % 2 else set()
+        expected = _edge_by_edge_scores(tags, mentioned)
+        scores, _, _ = file_scores(tags, mentioned)
+        assert scores.keys() == expected.keys()
+        for path, value in expected.items():
+            assert math.isclose(scores[path], value, rel_tol=1e-9), (trial, path)
