@@ -15,8 +15,9 @@ import json
 import math
 import os
 import re
+import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,9 @@ CACHE_VERSION = 1
 MAX_FILES = 5_000
 MAX_FILE_BYTES = 512 * 1024
 MAX_COUNTED_LINES = 20_000  # map lines whose token counts are kept per repository
+# parsing per map: a folder of thousands of files not read before is mapped over several turns, not in one
+# launch (5,000 Python files took 30 s); what is read is kept, so each map reads on from there
+PARSE_BUDGET_S = 2.0
 MENTION_WINDOW = 30  # newest messages whose words count as mentions
 HEADER = "Repository map (the most relevant definitions, ranked; read a file for the rest):"
 
@@ -134,18 +138,25 @@ class RepoMap:
         key = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:16]
         self.cache_path = cache_dir / f"{key}.json"
         self.counts = LineCounts(cache_dir / f"{key}.counts", counter)  # read once, kept for every turn
+        self.unread = 0  # source files the last map left to read (past its parsing budget)
 
     def render(self, messages: Sequence[Message], budget: int) -> str:
-        """The map for a transcript within `budget` tokens ('' when no file has a definition)."""
-        tags = self.tags()
-        ranked = rank(tags, mentions(messages))
+        """The map for a transcript within `budget` tokens ('' when no file has a definition). Where files
+        are left to read (`unread`), the header says how many are mapped so far."""
+        mentioned = mentions(messages)
+        tags = self.tags(mentioned)
+        ranked = rank(tags, mentioned)
         if not ranked:
             return ""
+        header = HEADER
+        if self.unread:
+            done = len(tags) + self.unread
+            header = f"{HEADER[:-2]}; {len(tags):,} of {done:,} source files mapped so far, more next turn):"
         counts = self.counts
         lo, hi, best = 1, len(ranked), ""
         while lo <= hi:  # the most definitions that fit
             mid = (lo + hi) // 2
-            lines = _lines(ranked[:mid])
+            lines = _lines(ranked[:mid], header)
             text = "\n".join(lines)
             if at_most(text) <= budget or counts.bound(lines) <= budget:  # no tokenizer if plain
                 best, lo = text, mid + 1
@@ -154,12 +165,15 @@ class RepoMap:
         counts.save()
         return best
 
-    def tags(self) -> dict[str, FileTags]:
-        """Definitions and references of every source file git knows (tracked or not ignored)."""
+    def tags(self, first: Collection[str] = ()) -> dict[str, FileTags]:
+        """Definitions and references of every source file git knows (tracked or not ignored). Files not
+        read before (or changed since) are parsed for at most `PARSE_BUDGET_S` (at least one), those that
+        `first` names (mentions) first; the rest are left for the next map (`unread` says how many)."""
         cache = self._load_cache()
-        out: dict[str, FileTags] = {}
         fresh: dict[str, Any] = {}
-        for rel in source_files(self.root):
+        pending: list[tuple[str, Path, list[int]]] = []
+        names = source_files(self.root)
+        for rel in names:
             path = self.root / rel
             try:
                 st = path.stat()
@@ -170,16 +184,28 @@ class RepoMap:
             stamp = [st.st_mtime_ns, st.st_size]
             entry = cache.get(rel)
             if entry is None or entry.get("stamp") != stamp:
-                found = parse_file(path, LANGUAGES[Path(rel).suffix.lower()])
-                if found is None:
-                    continue
+                pending.append((rel, path, stamp))
+            else:
+                fresh[rel] = entry
+        named = set(first)
+        pending.sort(key=lambda p: not _mentioned_file(p[0], named))  # stable: the rest in git's order
+        deadline = time.monotonic() + PARSE_BUDGET_S
+        self.unread = 0
+        for i, (rel, path, stamp) in enumerate(pending):
+            if i and time.monotonic() > deadline:
+                self.unread = len(pending) - i
+                break
+            found = parse_file(path, LANGUAGES[Path(rel).suffix.lower()])
+            if found is not None:
                 defs, refs = found
-                entry = {"stamp": stamp, "defs": [[d.name, d.line, d.text] for d in defs], "refs": refs}
-            fresh[rel] = entry
-            out[rel] = FileTags(rel, tuple(Definition(*d) for d in entry["defs"]), dict(entry["refs"]))
+                fresh[rel] = {"stamp": stamp, "defs": [[d.name, d.line, d.text] for d in defs], "refs": refs}
         if fresh != cache:
             self._save_cache(fresh)
-        return out
+        return {
+            rel: FileTags(rel, tuple(Definition(*d) for d in entry["defs"]), dict(entry["refs"]))
+            for rel in names
+            if (entry := fresh.get(rel)) is not None
+        }
 
     def _load_cache(self) -> dict[str, Any]:
         try:
@@ -418,14 +444,14 @@ class _Graph:
         return rank_
 
 
-def _lines(pairs: Sequence[tuple[str, Definition]]) -> list[str]:
+def _lines(pairs: Sequence[tuple[str, Definition]], header: str = HEADER) -> list[str]:
     by_file: dict[str, list[Definition]] = defaultdict(list)
     order: list[str] = []
     for path, d in pairs:
         if path not in by_file:
             order.append(path)
         by_file[path].append(d)
-    lines = [HEADER]
+    lines = [header]
     for path in order:
         lines.append(f"{path}:")
         rows = sorted({d.line: d for d in by_file[path]}.values(), key=lambda d: d.line)

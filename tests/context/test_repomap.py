@@ -9,8 +9,11 @@ import random
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 from fugu_cli.app import build_session
-from fugu_cli.context.repomap import Definition, FileTags, RepoMap, file_scores
+from fugu_cli.context import repomap
+from fugu_cli.context.repomap import HEADER, Definition, FileTags, RepoMap, file_scores
 from fugu_cli.llm.scripted import ScriptedLLM
 from fugu_cli.llm.tokens import CharTokens
 from fugu_cli.options import RunOptions
@@ -85,6 +88,30 @@ def test_mentions_and_references_rank_files_and_the_budget_holds(tmp_path: Path)
     # shapes.py is referenced by main.py: with nothing mentioned it outranks files nobody uses
     plain = repo.render([Message("user", "look around")], 4000)
     assert plain.index("py/shapes.py:") < plain.index("java/Account.java:")
+
+
+def test_a_folder_too_large_to_parse_at_once_is_mapped_over_several_maps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parsing stops at its budget (at least one file a map; none here, so one): the files the task names
+    first, the rest kept for the next map, and the header says how far it got; what was read is kept."""
+    monkeypatch.setattr(repomap, "PARSE_BUDGET_S", 0.0)
+    root = _repo(tmp_path)
+    repo = RepoMap(root, tmp_path / "cache", CharTokens())
+    sources = len(repomap.source_files(root))  # FILES and make_repo's two, not build/ (ignored)
+    assert sources == len(FILES) + 1
+    first = repo.render([Message("user", "why does server.go not start?")], 4000)
+    assert first.splitlines()[:2] == [
+        f"{HEADER[:-2]}; 1 of {sources} source files mapped so far, more next turn):",
+        "go/server.go:",
+    ]
+    assert repo.unread == sources - 1 and "shapes.py" not in first
+    for done in range(2, sources):
+        assert f"; {done} of {sources} source files mapped" in repo.render([Message("user", "go on")], 4000)
+    last = repo.render([Message("user", "go on")], 4000)
+    assert repo.unread == 0 and last.splitlines()[0] == HEADER
+    again = RepoMap(root, tmp_path / "cache", CharTokens())  # a new launch: everything read is kept
+    assert again.render([Message("user", "go on")], 4000) == last and again.unread == 0
 
 
 def test_tags_are_cached_by_mtime(tmp_path: Path) -> None:
