@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import signal
+import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -254,7 +256,7 @@ class Repl:
         turn = TurnThread(session, task, renderer.on_event, overrides, images)
         pressed = threading.Event()
         try:
-            with _sigint_sets(pressed):
+            with _sigint_sets(pressed), _typed_enter_kept():
                 result = turn.run(self._waiter(turn.cancel, pressed))
         except FuguError as e:
             self._say(f"{e}", "red")
@@ -416,6 +418,35 @@ class Repl:
 def main(opts: RunOptions) -> int:
     """Run the REPL until /exit, Ctrl-D or Ctrl-C twice at an empty prompt; return the exit code."""
     return Repl(opts).run()
+
+
+@contextmanager
+def _typed_enter_kept() -> Iterator[None]:
+    """While a turn runs, what the user types waits in the terminal, and the terminal turns each Enter into
+    a line feed (ICRNL), which the prompt reads as Ctrl-J: add a line. So `/cost` and Enter typed during
+    a turn became a line of the next input, and every Enter after it another. With ICRNL off for the turn
+    the Enter stays an Enter, and the prompt sends each typed line when it comes back."""
+    try:
+        import termios
+
+        fd = sys.stdin.fileno()
+        if not os.isatty(fd):
+            raise OSError
+        before = termios.tcgetattr(fd)
+        during = list(before)
+        during[0] &= ~termios.ICRNL
+        during[3] &= ~termios.ECHOCTL  # its echo is a carriage return, not "^M"
+        termios.tcsetattr(fd, termios.TCSANOW, during)  # not TCSAFLUSH: nothing typed is dropped
+    except (ImportError, OSError, ValueError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        try:
+            termios.tcsetattr(fd, termios.TCSANOW, before)
+        except (OSError, termios.error):
+            pass
 
 
 @contextmanager

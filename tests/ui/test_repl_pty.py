@@ -239,6 +239,27 @@ def test_ctrl_c_cuts_a_slow_step_and_the_session_goes_on(repo: Path, server: Loo
     assert [m["content"] for m in last if m["role"] == "user"] == ["take your time", "are you there?"]
 
 
+def test_lines_typed_during_a_turn_run_after_it_one_by_one(repo: Path, server: LoopbackServer) -> None:
+    """Typed while a step runs, each Enter is kept an Enter (the tty would turn it into a line feed, which
+    the prompt reads as "add a line"): the command and the task typed ahead run after the turn, in order,
+    each on its own."""
+    server.script("alpha", [{"content": "slow answer", "delay_s": 2}, "second answer"])
+    child = Term(repo)
+    child.turn("first task")
+    child.expect("alpha is thinking", timeout=SLOW)
+    child.send("/cost\r")
+    child.send("second task\r")
+    child.expect("slow answer", timeout=SLOW)
+    child.expect("› /cost")
+    child.expect("total")
+    child.expect("› second task")
+    child.expect("second answer", timeout=SLOW)
+    child.finished()
+    child.quit()
+    asked = [[m["content"] for m in r.messages if m["role"] == "user"] for r in server.requests_for("alpha")]
+    assert asked == [["first task"], ["first task", "second task"]]
+
+
 def test_worker_sticks_history_survives_and_continue_resumes(repo: Path, server: LoopbackServer) -> None:
     server.script("beta", ["Beta took the first.", "Beta took the second.", "Beta again, resumed."])
     child = Term(repo)
