@@ -413,7 +413,10 @@ class _Graph:
             return
         self.out[path] += weight * others
         if len(owners) > _SPREAD:
-            self.hubs.setdefault(name, (list(owners), []))[1].append((path, weight))
+            hub = self.hubs.get(name)
+            if hub is None:  # its owners listed once, not again for each file that uses it
+                hub = self.hubs[name] = (list(owners), [])
+            hub[1].append((path, weight))
             return
         for owner in owners:
             if owner != path:

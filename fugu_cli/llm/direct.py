@@ -83,11 +83,16 @@ def _not_a_stream(response: Any, head: bytes) -> WrongEndpoint:
     """The fault of a body that ended without one event (`head`: its first bytes): a web page, a bare
     text. A stream that says nothing at all is the parser's (`MalformedReply`, retried)."""
     kind = str(response.headers.get("content-type") or "").split(";")[0].strip() or "untyped"
-    text = " ".join(_printable(head.decode("utf-8", "replace")).split())[:100]
+    return _wrong_endpoint(f"a {_printable(kind)} reply, not a chat completion", head)
+
+
+def _wrong_endpoint(what: str, body: bytes) -> WrongEndpoint:
+    """`what` came where a chat completion was asked for, quoted by the start of its `body`."""
+    text = " ".join(_printable(body.decode("utf-8", "replace")).split())[:100]
     said = repr(text) if text else "an empty body"
     return WrongEndpoint(
-        f"a {_printable(kind)} reply, not a chat completion ({said}): check that its "
-        "api_base is an OpenAI-compatible endpoint (it ends in /v1 for most servers)"
+        f"{what} ({said}): check that its api_base is an OpenAI-compatible endpoint (it ends in /v1 for most "
+        "servers)"
     )
 
 
@@ -320,11 +325,7 @@ def _as_chunk(raw: bytes) -> dict[str, Any]:
     if isinstance(data, dict) and "error" in data and "choices" not in data:
         raise HTTPStatusFault(500, raw.decode("utf-8", "replace"), None)
     if not isinstance(data, dict) or "choices" not in data:
-        text = " ".join(_printable(raw.decode("utf-8", "replace")).split())[:100]
-        raise WrongEndpoint(
-            f"a JSON reply that is not a chat completion ({text!r}): check that its api_base is "
-            "an OpenAI-compatible endpoint (it ends in /v1 for most servers)"
-        )
+        raise _wrong_endpoint("a JSON reply that is not a chat completion", raw)
     choices = [
         {"index": c.get("index", i), "delta": c.get("message") or {}, "finish_reason": c.get("finish_reason")}
         for i, c in enumerate(data.get("choices") or [])

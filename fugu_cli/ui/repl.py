@@ -428,7 +428,10 @@ def _typed_enter_kept() -> Iterator[None]:
     the Enter stays an Enter, and the prompt sends each typed line when it comes back."""
     try:
         import termios
-
+    except ImportError:  # no POSIX terminal: nothing to keep
+        yield
+        return
+    try:
         fd = sys.stdin.fileno()
         if not os.isatty(fd):
             raise OSError
@@ -437,7 +440,7 @@ def _typed_enter_kept() -> Iterator[None]:
         during[0] &= ~termios.ICRNL
         during[3] &= ~termios.ECHOCTL  # its echo is a carriage return, not "^M"
         termios.tcsetattr(fd, termios.TCSANOW, during)  # not TCSAFLUSH: nothing typed is dropped
-    except (ImportError, OSError, ValueError):
+    except (OSError, ValueError, termios.error):
         yield
         return
     try:
